@@ -1,0 +1,277 @@
+"""What a store says about itself, read from metadata documents only, never from a chunk.
+
+Everything a reader needs besides the block is derived from the artifact (nnz, dtypes, chunking,
+whether a layout is byte addressable), so it cannot be declared wrong. The checks that need no data
+run here, so a store that opens is one whose arrays agree with their declarations; the checks that
+need data (:func:`sporadik_dask.spec.check_indptr`, :func:`~sporadik_dask.spec.check_indices`) run
+where the data is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from zarr.codecs.bytes import BytesCodec, Endian
+from zarr.core.array import AsyncArray
+from zarr.core.group import AsyncGroup
+
+from sporadik_dask.errors import IncompleteError, LayoutError
+from sporadik_dask.spec import (
+    ARRAY_NAMES,
+    MAXIMA,
+    LayoutEntry,
+    anndata_encoding,
+    declared_shape,
+    layout_path,
+    parse_block,
+)
+from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+
+__all__ = ["LayoutDescription", "StoreDescription", "describe", "describe_async"]
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutDescription:
+    """One layout: what the block declares of it and what its arrays say of themselves."""
+
+    #: Where the child group lives inside the prefix.
+    path: str
+    #: The axis this layout makes contiguous.
+    indexed_axis: int
+    #: The other axes, in the order ``indices`` was raveled over them.
+    index_order: tuple[int, ...]
+    #: The array's own shape (the block's), not the raveled one the group declares.
+    shape: tuple[int, ...]
+    #: ``csr_matrix`` or ``csc_matrix``, as anndata spells it.
+    encoding: str
+    encoding_version: str
+    #: How many values the layout holds.
+    nnz: int
+    #: dtype of ``data``.
+    dtype: np.dtype[Any]
+    #: dtype of ``indices`` and of ``indptr``, each.
+    index_dtypes: Mapping[str, np.dtype[Any]]
+    #: Elements per zarr chunk of each array.
+    chunks: Mapping[str, int]
+    #: Whether each array is one uncompressed chunk, so ``indptr`` names exact byte ranges.
+    byte_addressable: bool
+    #: Whether the layout carries per-slice ``maxima``.
+    has_maxima: bool
+
+    @property
+    def positions(self) -> int:
+        """How many runs the layout holds: the length of the indexed axis."""
+        return self.shape[self.indexed_axis]
+
+    @property
+    def index_shape(self) -> tuple[int, ...]:
+        """The shape ``indices`` are raveled over, in ``index_order``."""
+        return tuple(self.shape[axis] for axis in self.index_order)
+
+    @property
+    def extent(self) -> int:
+        """How many cells one run can address: every index lies in ``[0, extent)``."""
+        return math.prod(self.index_shape)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDescription:
+    """A store: its spec, its array's shape, and each finished layout by indexed axis."""
+
+    #: Where the store is, for messages; not part of what the store *is*, so not compared.
+    location: str = field(compare=False)
+    spec: str
+    shape: tuple[int, ...]
+    layouts: Mapping[int, LayoutDescription]
+
+    @property
+    def rank(self) -> int:
+        """How many axes the array has."""
+        return len(self.shape)
+
+    @property
+    def nnz(self) -> int:
+        """How many nonzeros the array holds (every layout holds them all)."""
+        return next(iter(self.layouts.values())).nnz
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The dtype of the values."""
+        return next(iter(self.layouts.values())).dtype
+
+    @property
+    def indexed_axes(self) -> tuple[int, ...]:
+        """The axes a store answers with one contiguous read each."""
+        return tuple(sorted(self.layouts))
+
+
+async def _child(group: AsyncGroup, name: str) -> Any:
+    try:
+        return await group.getitem(name)
+    except KeyError:
+        return None
+
+
+def _is_byte_addressable(array: AsyncArray[Any]) -> bool:
+    """One chunk, no filter or compressor, little-endian bytes: the object is the raw buffer."""
+    serializer = array.serializer
+    raw = isinstance(serializer, BytesCodec) and serializer.endian in (None, Endian.little)
+    return (
+        raw
+        and not array.filters
+        and not array.compressors
+        and tuple(array.chunks) == tuple(array.shape)
+    )
+
+
+async def _describe_layout(
+    root: AsyncGroup, entry: LayoutEntry, shape: tuple[int, ...], where: str
+) -> LayoutDescription:
+    """One layout, refusing anything that contradicts itself or the block (metadata only)."""
+    child = await _child(root, entry.path)
+    if not isinstance(child, AsyncGroup):
+        raise IncompleteError(
+            f"{where} names layout {entry.path!r}, but the prefix holds no group there: the block "
+            "lists what the writer finished, so the upload stopped between the two. Write it again."
+        )
+    expected_path = layout_path(entry.indexed_axis)
+    if entry.path != expected_path:
+        raise LayoutError(
+            f"Layout {entry.path!r} in {where} makes axis {entry.indexed_axis} contiguous, so it "
+            f"belongs at {expected_path!r}; read from the wrong name it would be indexed along the "
+            "wrong axis and every lookup would return a real, wrong slice."
+        )
+    label = f"Layout {entry.path!r} in {where}"
+    attrs = child.attrs
+    encoding = attrs.get("encoding-type")
+    expected_encoding = anndata_encoding(len(shape), entry.indexed_axis)
+    if encoding != expected_encoding:
+        raise LayoutError(
+            f"{label} declares encoding-type {encoding!r}, but making axis {entry.indexed_axis} of "
+            f"a rank-{len(shape)} array contiguous is {expected_encoding!r}; anndata would read it "
+            "along the other axis."
+        )
+    declared = attrs.get("shape")
+    expected_shape = declared_shape(shape, entry.indexed_axis, entry.index_order)
+    if not isinstance(declared, list) or tuple(declared) != expected_shape:
+        raise LayoutError(
+            f"{label} declares shape {declared!r}, but axis {entry.indexed_axis} of {shape} in "
+            f"index_order {list(entry.index_order)} gives {list(expected_shape)}; the group "
+            "and the block describe different arrays."
+        )
+
+    found = await asyncio.gather(*(_child(child, name) for name in (*ARRAY_NAMES, MAXIMA)))
+    arrays: dict[str, Any] = dict(zip((*ARRAY_NAMES, MAXIMA), found, strict=True))
+    missing = [name for name in ARRAY_NAMES if not isinstance(arrays[name], AsyncArray)]
+    if missing:
+        raise LayoutError(
+            f"{label} has no array {', '.join(missing)}; a layout holds data, indices and indptr. "
+            "The store is torn or was not written by a sporadik writer."
+        )
+    for name, array in arrays.items():
+        if isinstance(array, AsyncArray) and len(array.shape) != 1:
+            raise LayoutError(
+                f"{label}: {name} has shape {array.shape}; it must be one-dimensional."
+            )
+    data, indices, indptr = (arrays[name] for name in ARRAY_NAMES)
+    for name in ("indices", "indptr"):
+        if arrays[name].dtype.kind not in "iu":
+            raise LayoutError(
+                f"{label}: {name} has dtype {arrays[name].dtype}, not an integer dtype, so it "
+                "cannot address values."
+            )
+    if data.dtype.kind not in "biufc":
+        raise LayoutError(
+            f"{label}: data has dtype {data.dtype}; sparse values are numbers or booleans. "
+            "Refused rather than decoded, since an object codec would run code from the store."
+        )
+    positions = shape[entry.indexed_axis]
+    if indptr.shape[0] != positions + 1:
+        raise LayoutError(
+            f"{label} makes axis {entry.indexed_axis} of {shape} contiguous, so indptr should have "
+            f"{positions + 1} entries, but it has {indptr.shape[0]}; runs would be read at the "
+            "wrong positions."
+        )
+    if data.shape != indices.shape:
+        raise LayoutError(
+            f"{label} has {data.shape[0]} values and {indices.shape[0]} indices; they are "
+            "parallel, so one of them stopped partway. The layout is torn; write it again."
+        )
+    cells = math.prod(shape)
+    if data.shape[0] > cells:
+        raise LayoutError(
+            f"{label} holds {data.shape[0]} values for an array of {cells} cells; some cell is "
+            "named twice, and a reader would return one of them at random."
+        )
+    maxima = arrays[MAXIMA]
+    has_maxima = isinstance(maxima, AsyncArray)
+    if has_maxima and maxima.shape != (positions,):
+        raise LayoutError(
+            f"{label}: maxima has shape {maxima.shape}, but there is one per position "
+            f"({positions})."
+        )
+    return LayoutDescription(
+        path=entry.path,
+        indexed_axis=entry.indexed_axis,
+        index_order=entry.index_order,
+        shape=shape,
+        encoding=str(encoding),
+        encoding_version=str(attrs.get("encoding-version", "")),
+        nnz=int(data.shape[0]),
+        dtype=np.dtype(data.dtype),
+        index_dtypes={name: np.dtype(arrays[name].dtype) for name in ("indices", "indptr")},
+        chunks={name: int(arrays[name].chunks[0]) for name in ARRAY_NAMES},
+        byte_addressable=all(_is_byte_addressable(arrays[name]) for name in ARRAY_NAMES),
+        has_maxima=has_maxima,
+    )
+
+
+async def describe_group_async(root: AsyncGroup, where: str) -> StoreDescription:
+    """The description of an already-open root group."""
+    block = parse_block(root.attrs, where)
+    described = await asyncio.gather(
+        *(_describe_layout(root, entry, block.shape, where) for entry in block.layouts)
+    )
+    return StoreDescription(
+        location=where,
+        spec=block.spec,
+        shape=block.shape,
+        layouts={layout.indexed_axis: layout for layout in described},
+    )
+
+
+async def describe_async(
+    store: StoreLike, *, storage_options: dict[str, Any] | None = None
+) -> StoreDescription:
+    """Asynchronous :func:`describe`."""
+    root = await open_group_async(store, mode="r", storage_options=storage_options)
+    return await describe_group_async(root, location_of(store))
+
+
+def describe(
+    store: StoreLike, *, storage_options: dict[str, Any] | None = None
+) -> StoreDescription:
+    """Describe the sparse store at ``store``, reading metadata documents only.
+
+    Parameters
+    ----------
+    store
+        A local path, a URL such as ``s3://bucket/prefix``, or a zarr store object.
+    storage_options
+        Passed to fsspec for a URL, as dask and xarray pass them.
+
+    Raises
+    ------
+    IncompleteError
+        The block is missing or not complete, or names a layout that is not there.
+    SpecError
+        The block declares a spec version this does not read.
+    LayoutError
+        A layout contradicts itself or the block.
+    """
+    return run(describe_async(store, storage_options=storage_options))

@@ -1,0 +1,36 @@
+"""What sporadik_dask refuses, in the reference's names so callers catch the same things.
+
+Every message says what was found, why it would have gone wrong *silently*, and what to do: a
+sparse store is a pile of integers, and read along the wrong axis or half-uploaded it returns real
+numbers from the wrong cells, or the right count of zeros, without raising anything.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "IncompleteError",
+    "LayoutError",
+    "SpecError",
+    "SporadikError",
+    "StoreNotFoundError",
+]
+
+
+class SporadikError(ValueError):
+    """Base for everything refused here; a `ValueError`, as in the reference."""
+
+
+class SpecError(SporadikError):
+    """The store declares a spec version this does not read, so its bytes cannot be interpreted."""
+
+
+class IncompleteError(SporadikError):
+    """The store has no finished block: its upload did not finish, and its chunks may be missing."""
+
+
+class LayoutError(SporadikError):
+    """A layout contradicts itself or the store around it, or input cannot become one."""
+
+
+class StoreNotFoundError(SporadikError, FileNotFoundError):
+    """Nothing is stored at the location given."""

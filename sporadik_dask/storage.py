@@ -1,0 +1,73 @@
+"""Opening the root group of a store: a local path, a URL with ``storage_options``, a store object.
+
+One async core, driven from synchronous code by zarr's own I/O loop, so every entry point also
+works from inside a running event loop (a notebook cell).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Coroutine
+from typing import Any, Literal, TypeVar
+
+import zarr
+import zarr.api.asynchronous as zarr_async
+from zarr.core.group import AsyncGroup
+from zarr.core.sync import sync
+from zarr.errors import GroupNotFoundError
+from zarr.storage import StoreLike
+
+from sporadik_dask.errors import StoreNotFoundError
+
+__all__ = ["StoreLike", "location_of", "open_group", "open_group_async", "run"]
+
+_T = TypeVar("_T")
+
+Mode = Literal["r", "r+", "a", "w", "w-"]
+
+
+def run(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` on zarr's I/O loop and wait; safe inside a running event loop."""
+    return sync(coro)
+
+
+def location_of(store: StoreLike) -> str:
+    """A short name for ``store`` to put in messages."""
+    if isinstance(store, (str, os.PathLike)):
+        return os.fspath(store)
+    return repr(store)
+
+
+async def open_group_async(
+    store: StoreLike,
+    *,
+    mode: Mode = "r",
+    storage_options: dict[str, Any] | None = None,
+) -> AsyncGroup:
+    """The root group at ``store``, refusing a location that holds nothing."""
+    if isinstance(store, os.PathLike):
+        store = os.fspath(store)
+    try:
+        return await zarr_async.open_group(
+            store=store,
+            mode=mode,
+            storage_options=storage_options,
+            zarr_format=3,
+            use_consolidated=False,
+        )
+    except (FileNotFoundError, GroupNotFoundError, KeyError) as missing:
+        raise StoreNotFoundError(
+            f"No zarr v3 group at {location_of(store)}: a sparse store is a zarr v3 group whose "
+            "attributes carry the block. Check the path or URL (and storage_options for a remote "
+            "store)."
+        ) from missing
+
+
+def open_group(
+    store: StoreLike,
+    *,
+    mode: Mode = "r",
+    storage_options: dict[str, Any] | None = None,
+) -> zarr.Group:
+    """Synchronous :func:`open_group_async`."""
+    return zarr.Group(run(open_group_async(store, mode=mode, storage_options=storage_options)))

@@ -1,0 +1,108 @@
+"""Test helpers: arrays with known values, stores written by the reference, and a counting store."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import sporadik
+from zarr.abc.store import ByteRequest
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
+from zarr.core.sync import sync
+from zarr.storage import MemoryStore, WrapperStore
+
+
+def random_dense(
+    rng: np.random.Generator, shape: Sequence[int], density: float, dtype: Any = np.float32
+) -> np.ndarray:
+    """A dense array with about ``density`` of its cells nonzero, values never zero."""
+    values = rng.integers(1, 100, size=tuple(shape)).astype(dtype)
+    return np.where(rng.random(tuple(shape)) < density, values, 0).astype(dtype)
+
+
+def reference_layout(dense: np.ndarray, axis: int, index_order: Sequence[int]) -> sporadik.Layout:
+    """The layout of ``dense`` making ``axis`` contiguous, raveled over ``index_order``."""
+    moved = np.transpose(dense, (axis, *index_order))
+    matrix = sp.csr_matrix(moved.reshape(dense.shape[axis], math.prod(moved.shape[1:])))
+    matrix.sort_indices()
+    return sporadik.layout_over(
+        dense.shape,
+        axis,
+        data=matrix.data,
+        indices=matrix.indices,
+        indptr=matrix.indptr,
+        index_order=tuple(index_order),
+    )
+
+
+def write_reference(
+    path: Path,
+    dense: np.ndarray,
+    orders: dict[int, Sequence[int]],
+    *,
+    byte_addressable: bool = False,
+    maxima: bool = True,
+    chunk: int | None = None,
+) -> Path:
+    """Write ``dense`` with the reference, one layout per key of ``orders``."""
+    layouts = [reference_layout(dense, axis, order) for axis, order in orders.items()]
+    sporadik.write_store(path, layouts, byte_addressable=byte_addressable, chunk=chunk)
+    if not maxima:
+        for axis in orders:
+            shutil.rmtree(path / "layouts" / f"axis{axis}" / "maxima")
+    return path
+
+
+def edit_json(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Edit one ``zarr.json`` by hand."""
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+def block_of(document: dict[str, Any]) -> dict[str, Any]:
+    """The block inside a root ``zarr.json`` document."""
+    block: dict[str, Any] = document["attributes"]["sporadik"]
+    return block
+
+
+class CountingStore(WrapperStore[Any]):
+    """A real store that records every key read from it."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.reads: list[str] = []
+
+    def _with_store(self, store: Any) -> CountingStore:
+        wrapped = type(self)(store)
+        wrapped.reads = self.reads
+        return wrapped
+
+    async def get(
+        self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
+    ) -> Buffer | None:
+        self.reads.append(key)
+        return await self._store.get(key, prototype, byte_range)
+
+    async def get_partial_values(
+        self, prototype: BufferPrototype, key_ranges: Any
+    ) -> list[Buffer | None]:
+        key_ranges = list(key_ranges)
+        self.reads.extend(key for key, _ in key_ranges)
+        return await self._store.get_partial_values(prototype, key_ranges)  # type: ignore[no-any-return]
+
+
+def memory_copy(path: Path) -> MemoryStore:
+    """A zarr ``MemoryStore`` holding every object of the store at ``path``."""
+    memory = MemoryStore()
+    for file in sorted(path.rglob("*")):
+        if file.is_file():
+            key = file.relative_to(path).as_posix()
+            sync(memory.set(key, default_buffer_prototype().buffer.from_bytes(file.read_bytes())))
+    return memory

@@ -1,0 +1,62 @@
+"""The checks the reference leaves out refuse stores it would read as garbage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sporadik
+import zarr
+
+import sporadik_dask as sd
+from tests.helpers import random_dense, write_reference
+
+
+def _poke(name: str, position: int, value: int) -> Callable[[Path], None]:
+    def corrupt(path: Path) -> None:
+        array = zarr.open_array(path / "layouts" / "axis0" / name, mode="r+")
+        array[position] = value
+
+    return corrupt
+
+
+#: Each corruption, and a position whose run it spoils.
+GARBAGE = {
+    "indptr does not start at 0": (_poke("indptr", 0, 1), 0),
+    "indptr decreases": (_poke("indptr", 5, 0), 4),
+    "indptr ends before nnz": (_poke("indptr", -1, 3), 39),
+    "an index past the raveled extent": (_poke("indices", 2, 30), 0),
+    "a negative index": (_poke("indices", 7, -4), 0),
+}
+
+
+@pytest.mark.parametrize("garbage", GARBAGE, ids=list(GARBAGE))
+def test_a_store_the_reference_opens_but_reads_wrongly_is_refused_by_validate(
+    tmp_path: Path, garbage: str
+) -> None:
+    dense = random_dense(np.random.default_rng(5), (40, 30), 0.3)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)})
+    corrupt, position = GARBAGE[garbage]
+    corrupt(path)
+
+    # The reference opens it without complaint and hands out a spoiled run.
+    with sporadik.open_array(path) as store:
+        indices, _ = store.slice_at(position, axis=0)
+    assert not np.array_equal(indices, np.flatnonzero(dense[position]))
+    # Opening stays cheap here too (metadata only), so the store describes...
+    sd.describe(path)
+    # ...and the checks that read data refuse it, naming the layout.
+    with pytest.raises(sd.LayoutError, match="layouts/axis0"):
+        sd.validate(path)
+
+
+def test_validate_reads_indices_one_zarr_chunk_at_a_time_and_passes_a_good_store(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(6), (200, 100), 0.2)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=64)
+    description = sd.validate(path)
+    assert description.nnz == np.count_nonzero(dense)
+    assert description.layouts[0].chunks["indices"] == 64
