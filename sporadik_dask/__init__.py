@@ -14,10 +14,12 @@ from sporadik_dask.errors import (
     LayoutError,
     SpecError,
     SporadikError,
+    StoreExistsError,
     StoreNotFoundError,
 )
 from sporadik_dask.spec import SPEC_VERSION
 from sporadik_dask.validate import validate
+from sporadik_dask.write import StoreWrite, to_sporadik
 
 try:
     __version__ = version("sporadik-dask")
@@ -34,8 +36,11 @@ __all__ = [
     "SpecError",
     "SporadikError",
     "StoreDescription",
+    "StoreExistsError",
     "StoreNotFoundError",
+    "StoreWrite",
     "__version__",
     "describe",
+    "to_sporadik",
     "validate",
 ]

@@ -12,6 +12,7 @@ __all__ = [
     "LayoutError",
     "SpecError",
     "SporadikError",
+    "StoreExistsError",
     "StoreNotFoundError",
 ]
 
@@ -34,3 +35,7 @@ class LayoutError(SporadikError):
 
 class StoreNotFoundError(SporadikError, FileNotFoundError):
     """Nothing is stored at the location given."""
+
+
+class StoreExistsError(SporadikError, FileExistsError):
+    """Something is already stored where a write was asked to create a store."""

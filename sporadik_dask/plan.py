@@ -1,0 +1,234 @@
+"""Planning one layout's write, from nonzero counts per position: pure, no dask and no I/O.
+
+The counts fix everything before any value moves: ``indptr`` is their running sum, so every
+position's run, every partition's size and every zarr chunk's source are known in advance. The
+planner turns them into partitions (ranges of positions holding about a target number of values,
+so memory per task is bounded however skewed the data) and regions (runs of whole zarr chunks, each
+written once by one task from slices of the partitions that hold its elements).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sporadik_dask.spec import (
+    MAXIMA,
+    anndata_encoding,
+    chunk_for,
+    declared_shape,
+    index_dtype,
+)
+
+__all__ = [
+    "LayoutPlan",
+    "Region",
+    "maxima_dtype",
+    "partition_bounds",
+    "plan_layout",
+    "regions_over",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Elements ``[start, stop)`` of one array, a run of whole zarr chunks written by one task."""
+
+    start: int
+    stop: int
+    #: ``(partition, lo, hi)``: the region is the concatenation of ``partition[lo:hi]`` in order.
+    sources: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LayoutPlan:
+    """Everything about one layout's write that the counts determine."""
+
+    #: The array's own shape.
+    shape: tuple[int, ...]
+    #: The axis this layout makes contiguous.
+    indexed_axis: int
+    #: The other axes, in the order ``indices`` are raveled over them.
+    index_order: tuple[int, ...]
+    #: Offsets of every position's run: the layout's ``indptr``, at its final width.
+    indptr: npt.NDArray[Any]
+    #: dtype of ``data``.
+    dtype: np.dtype[Any]
+    #: Partition ``p`` holds positions ``bounds[p]:bounds[p + 1]``.
+    bounds: npt.NDArray[np.int64]
+    #: Elements per zarr chunk of each array.
+    chunks: Mapping[str, int]
+    #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
+    regions: Mapping[str, tuple[Region, ...]]
+
+    @property
+    def nnz(self) -> int:
+        """How many values the layout holds."""
+        return int(self.indptr[-1])
+
+    @property
+    def positions(self) -> int:
+        """The length of the indexed axis."""
+        return self.shape[self.indexed_axis]
+
+    @property
+    def index_shape(self) -> tuple[int, ...]:
+        """The shape ``indices`` ravel over."""
+        return tuple(self.shape[axis] for axis in self.index_order)
+
+    @property
+    def extent(self) -> int:
+        """How many cells one run can address."""
+        return math.prod(self.index_shape)
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the values are shuffled into."""
+        return len(self.bounds) - 1
+
+    @property
+    def index_dtype(self) -> np.dtype[Any]:
+        """dtype of ``indices`` and ``indptr``."""
+        return np.dtype(self.indptr.dtype)
+
+    @property
+    def encoding(self) -> str:
+        """The ``encoding-type`` the layout's group declares."""
+        return anndata_encoding(len(self.shape), self.indexed_axis)
+
+    @property
+    def declared_shape(self) -> tuple[int, ...]:
+        """The shape the layout's group declares."""
+        return declared_shape(self.shape, self.indexed_axis, self.index_order)
+
+    def dtypes(self) -> dict[str, np.dtype[Any]]:
+        """dtype of every array the layout writes."""
+        return _dtypes(self.dtype, self.index_dtype)
+
+    def lengths(self) -> dict[str, int]:
+        """Length of every array the layout writes."""
+        return _lengths(self.positions, self.nnz)
+
+
+def _dtypes(dtype: np.dtype[Any], width: np.dtype[Any]) -> dict[str, np.dtype[Any]]:
+    return {"data": dtype, "indices": width, "indptr": width, MAXIMA: maxima_dtype(dtype)}
+
+
+def _lengths(positions: int, nnz: int) -> dict[str, int]:
+    return {"data": nnz, "indices": nnz, "indptr": positions + 1, MAXIMA: positions}
+
+
+def maxima_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
+    """dtype of the per-position largest absolute value: what ``np.abs`` returns for ``dtype``."""
+    return np.abs(np.zeros(0, dtype=dtype)).dtype
+
+
+def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.int64]:
+    """Cut the positions into ranges holding about ``target`` values each.
+
+    1. Take as many partitions as ``nnz / target`` rounded up (one if there are no values).
+    2. Cut at the first position whose offset reaches each multiple of ``nnz / partitions``.
+    3. Drop repeated cuts: one position heavier than the target stays whole, in one partition.
+
+    Every partition holds at least one position; an empty axis has no partition.
+    """
+    positions = len(indptr) - 1
+    if positions == 0:
+        return np.zeros(1, dtype=np.int64)
+    nnz = int(indptr[-1])
+    count = max(math.ceil(nnz / max(int(target), 1)), 1)
+    wanted = np.arange(1, count) * (nnz / count)
+    cuts = np.searchsorted(indptr, wanted, side="left")
+    cuts = cuts[(cuts > 0) & (cuts < positions)]
+    return np.unique(np.concatenate(([0], cuts, [positions]))).astype(np.int64)
+
+
+def regions_over(cuts: npt.NDArray[Any], chunk: int) -> tuple[Region, ...]:
+    """Regions tiling an array whose elements partitions fill: ``cuts[p]:cuts[p + 1]`` is ``p``'s.
+
+    1. Inside each partition, the whole zarr chunks it alone fills are one region from it alone.
+    2. Every chunk that a partition edge cuts through is a region of its own, assembled from each
+       partition that overlaps it.
+
+    So every chunk is written exactly once, and a task reads from one partition except at edges.
+    """
+    total = int(cuts[-1])
+    edges: set[int] = set()
+    found: list[tuple[int, int]] = []
+    for p in range(len(cuts) - 1):
+        start, stop = int(cuts[p]), int(cuts[p + 1])
+        if start == stop:
+            continue
+        inner_start = -(-start // chunk) * chunk
+        inner_stop = stop if stop == total else (stop // chunk) * chunk
+        if inner_start < inner_stop:
+            found.append((inner_start, inner_stop))
+        if start % chunk:
+            edges.add((start // chunk) * chunk)
+    found.extend((edge, min(edge + chunk, total)) for edge in edges)
+    return tuple(Region(s, t, _sources(cuts, s, t)) for s, t in sorted(found))
+
+
+def _sources(cuts: npt.NDArray[Any], start: int, stop: int) -> tuple[tuple[int, int, int], ...]:
+    first = int(np.searchsorted(cuts, start, side="right")) - 1
+    sources = []
+    for p in range(first, len(cuts) - 1):
+        lo, hi = int(cuts[p]), int(cuts[p + 1])
+        if lo >= stop:
+            break
+        if hi > start and hi > lo:
+            sources.append((p, max(start, lo) - lo, min(stop, hi) - lo))
+    return tuple(sources)
+
+
+def plan_layout(
+    shape: Sequence[int],
+    indexed_axis: int,
+    index_order: Sequence[int],
+    counts: npt.NDArray[Any],
+    dtype: npt.DTypeLike,
+    *,
+    partition_values: int,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+) -> LayoutPlan:
+    """Plan the layout making ``indexed_axis`` contiguous, given values per position.
+
+    ``partition_values`` is how many values a partition should hold (the memory bound of a sort
+    task); ``chunk`` overrides the elements per zarr chunk; ``byte_addressable`` writes each array
+    as one chunk.
+    """
+    shape = tuple(int(size) for size in shape)
+    order = tuple(int(axis) for axis in index_order)
+    counts = np.asarray(counts, dtype=np.int64)
+    nnz = int(counts.sum())
+    extent = math.prod(shape[axis] for axis in order)
+    width = index_dtype(extent, nnz)
+    indptr = np.zeros(len(counts) + 1, dtype=width)
+    np.cumsum(counts, out=indptr[1:])
+    bounds = partition_bounds(indptr, partition_values)
+    lengths, dtypes = _lengths(len(counts), nnz), _dtypes(np.dtype(dtype), width)
+    chunks = {
+        name: max(length if byte_addressable else chunk or chunk_for(dtypes[name], length), 1)
+        for name, length in lengths.items()
+    }
+    element_cuts = indptr[bounds].astype(np.int64)
+    return LayoutPlan(
+        shape=shape,
+        indexed_axis=int(indexed_axis),
+        index_order=order,
+        indptr=indptr,
+        dtype=np.dtype(dtype),
+        bounds=bounds,
+        chunks=chunks,
+        regions={
+            "data": regions_over(element_cuts, chunks["data"]),
+            "indices": regions_over(element_cuts, chunks["indices"]),
+            MAXIMA: regions_over(bounds, chunks[MAXIMA]),
+        },
+    )

@@ -1,0 +1,225 @@
+"""What a write reads from: every input kind turned into *pieces*, tasks yielding nonzeros.
+
+A piece holds a set of cells no other piece holds, in C order, which is what lets a count pass
+give exact ``indptr`` before any value moves. Dask blocks are disjoint regions, and an in-memory
+sparse array is canonical, so their pieces are that already; coordinate columns may name a cell in
+two chunks, so their pieces are first merged by a hash of the cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from operator import getitem
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
+
+from sporadik_dask import tasks
+from sporadik_dask.errors import LayoutError, SporadikError
+from sporadik_dask.spec import MIN_RANK
+
+__all__ = ["Labels", "Source", "source_of"]
+
+Key = Any
+
+#: Values per piece cut from an in-memory array: a few tens of MB of coordinates and values.
+PIECE_VALUES = 2**22
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """An xarray DataArray's own metadata, stored beside the array for xarray to read back."""
+
+    name: Hashable | None
+    dims: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    #: 1-D coordinates along each dimension that has them, as numpy arrays.
+    coords: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Source:
+    """An input as pieces: the graph yielding them and their keys, in C order where possible."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    graph: HighLevelGraph
+    pieces: tuple[Key, ...]
+    #: Keys yielding how many repeated cells each piece merged; empty when none can repeat.
+    repeats: tuple[Key, ...] = ()
+    labels: Labels | None = None
+
+
+def _check_dtype(dtype: Any) -> np.dtype[Any]:
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise LayoutError(
+            f"Values of dtype {dtype} cannot be stored: the format holds numbers or booleans, and "
+            "an object or string dtype would need a codec that runs code on read. Convert the "
+            "values to a numeric dtype first."
+        )
+    return dtype
+
+
+def _check_shape(shape: Sequence[Any]) -> tuple[int, ...]:
+    if len(shape) < MIN_RANK:
+        raise LayoutError(
+            f"A sparse store holds an array of at least {MIN_RANK} axes, and this has shape "
+            f"{tuple(shape)}. Add an axis (x[:, None]) if a vector is what you mean to store."
+        )
+    if any(not isinstance(size, (int, np.integer)) or size < 0 for size in shape):
+        raise LayoutError(
+            f"Shape {tuple(shape)} has a size that is not a known non-negative integer; compute "
+            "unknown chunk sizes first (x.compute_chunk_sizes())."
+        )
+    sizes = tuple(int(size) for size in shape)
+    if math.prod(sizes) >= 2**63:
+        raise LayoutError(
+            f"Shape {sizes} has {math.prod(sizes)} cells, past what an int64 can ravel; indices "
+            "would wrap around and name the wrong cells. Split the array into stores."
+        )
+    return sizes
+
+
+def source_of(x: Any, *, shape: Sequence[int] | None = None) -> Source:
+    """The pieces of any supported input.
+
+    Accepts a dask array (``sparse`` or numpy chunks), an xarray DataArray, scipy-style
+    coordinate columns ``(data, (row, col, ...))`` with ``shape``, a ``scipy.sparse`` matrix or
+    array, a ``sparse`` array, or a numpy array.
+    """
+    import scipy.sparse
+    import sparse
+
+    if type(x).__module__.startswith("xarray") and hasattr(x, "dims"):
+        return _from_dataarray(x)
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], (tuple, list)):
+        if shape is None:
+            raise LayoutError(
+                "Coordinate columns need shape=: the largest coordinate does not say how long "
+                "each axis is, and a guess would make trailing empty positions disappear."
+            )
+        return _from_columns(x[0], tuple(x[1]), _check_shape(shape))
+    if shape is not None and tuple(shape) != tuple(getattr(x, "shape", shape)):
+        raise LayoutError(f"shape={tuple(shape)} disagrees with the input's shape {x.shape}.")
+    if isinstance(x, da.Array):
+        return _from_dask_array(x)
+    if scipy.sparse.issparse(x):
+        return _from_coo(sparse.COO.from_scipy_sparse(x))
+    if isinstance(x, sparse.SparseArray):
+        if x.fill_value != 0:
+            tasks.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
+        return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
+    if isinstance(x, np.ndarray):
+        return _from_dask_array(da.from_array(x))
+    raise SporadikError(
+        f"Cannot write a {type(x).__module__}.{type(x).__name__}: pass a dask array, an xarray "
+        "DataArray, coordinate columns (data, (row, col, ...)) with shape=, a scipy.sparse or "
+        "sparse array, or a numpy array."
+    )
+
+
+def _from_dask_array(x: da.Array) -> Source:
+    shape = _check_shape(x.shape)
+    dtype = _check_dtype(x.dtype)
+    meta_fill = getattr(x._meta, "fill_value", 0)
+    if meta_fill != 0:
+        tasks.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
+    name = f"sporadik-pieces-{tokenize(x)}"
+    starts = [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int) for c in x.chunks]
+    layer: dict[Key, Any] = {}
+    for index in np.ndindex(*x.numblocks):
+        offsets = tuple(int(starts[axis][i]) for axis, i in enumerate(index))
+        layer[(name, len(layer))] = (tasks.piece_of_block, (x.name, *index), offsets)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])  # type: ignore[list-item]
+    return Source(shape=shape, dtype=dtype, graph=graph, pieces=tuple(layer))
+
+
+def _from_coo(coo: Any) -> Source:
+    shape = _check_shape(coo.shape)
+    dtype = _check_dtype(coo.dtype)
+    name = f"sporadik-pieces-{tokenize(coo.coords, coo.data, shape)}"
+    coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
+    layer: dict[Key, Any] = {}
+    for start in range(0, max(coo.nnz, 1), PIECE_VALUES):
+        stop = start + PIECE_VALUES
+        layer[(name, len(layer))] = (tuple, [coords[:, start:stop], data[start:stop]])
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return Source(shape=shape, dtype=dtype, graph=graph, pieces=tuple(layer))
+
+
+def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -> Source:
+    if len(columns) != len(shape):
+        raise LayoutError(
+            f"{len(columns)} coordinate columns for a shape of {len(shape)} axes; there is one "
+            "column per axis, in axis order."
+        )
+    values = da.asarray(data)
+    _check_dtype(values.dtype)
+    if values.ndim != 1:
+        raise LayoutError(f"Values must be one column, but have shape {values.shape}.")
+    chunks = values.chunks
+    aligned = []
+    for axis, column in enumerate(columns):
+        column = da.asarray(column)
+        if column.dtype.kind not in "iu":
+            raise LayoutError(
+                f"The coordinates along axis {axis} have dtype {column.dtype}; coordinates are "
+                "integers, and rounding would silently move values to other cells."
+            )
+        if column.shape != values.shape:
+            raise LayoutError(
+                f"The coordinates along axis {axis} number {column.shape[0]} against "
+                f"{values.shape[0]} values; the columns are parallel, one coordinate per value."
+            )
+        with dask.config.set({"array.rechunk.method": "tasks"}):
+            aligned.append(column.rechunk(chunks))
+    token = tokenize(values, *aligned, shape)
+    raw, merged = f"sporadik-columns-{token}", f"sporadik-merged-{token}"
+    blocks = len(chunks[0])
+    layer: dict[Key, Any] = {}
+    for b in range(blocks):
+        layer[(raw, b)] = (
+            tasks.checked_columns,
+            shape,
+            (values.name, b),
+            *[(column.name, b) for column in aligned],
+        )
+        layer[(raw + "-split", b)] = (tasks.split_by_cell, (raw, b), shape, blocks)
+    pieces, repeats = [], []
+    for p in range(blocks):
+        parts = [(getitem, (raw + "-split", b), p) for b in range(blocks)]
+        layer[(merged, p)] = (tasks.merge_pieces, shape, *parts)
+        layer[(merged + "-piece", p)] = (getitem, (merged, p), 0)
+        layer[(merged + "-repeats", p)] = (getitem, (merged, p), 1)
+        pieces.append((merged + "-piece", p))
+        repeats.append((merged + "-repeats", p))
+    graph = HighLevelGraph.from_collections(raw, layer, dependencies=[values, *aligned])
+    return Source(
+        shape=shape,
+        dtype=np.dtype(values.dtype),
+        graph=graph,
+        pieces=tuple(pieces),
+        repeats=tuple(repeats),
+    )
+
+
+def _from_dataarray(array: Any) -> Source:
+    coords = {
+        str(dim): np.asarray(array.coords[dim].values)
+        for dim in array.dims
+        if dim in array.coords and array.coords[dim].ndim == 1
+    }
+    labels = Labels(
+        name=array.name,
+        dims=tuple(str(dim) for dim in array.dims),
+        attrs=dict(array.attrs),
+        coords=coords,
+    )
+    return replace(source_of(array.data), labels=labels)

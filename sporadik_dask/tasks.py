@@ -1,0 +1,237 @@
+"""The task functions of a write: pure, picklable, idempotent functions over arrays.
+
+A *piece* is ``(coords, data)``: global coordinates of shape ``(rank, n)`` and their values, for a
+set of cells no other piece holds, in C order. A *part* is ``(positions, indices, data)``: one
+piece's values bound for one partition of one layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from sporadik_dask.errors import LayoutError
+
+__all__ = [
+    "Piece",
+    "add_counts",
+    "checked_columns",
+    "count_piece",
+    "merge_pieces",
+    "piece_of_block",
+    "sort_partition",
+    "split_by_cell",
+    "split_piece",
+    "take",
+    "write_array",
+    "write_region",
+]
+
+Piece = tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
+Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]
+Sorted = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _stable_order(keys: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> Any:
+    """The stable counting-sort permutation of ``keys`` in ``[0, len(counts))``: O(n)."""
+    offsets = np.empty(len(counts), dtype=np.int64)
+    running = 0
+    for key in range(len(counts)):
+        offsets[key] = running
+        running += counts[key]
+    order = np.empty(len(keys), dtype=np.int64)
+    for i in range(len(keys)):
+        key = keys[i]
+        order[offsets[key]] = i
+        offsets[key] += 1
+    return order
+
+
+def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
+    """The nonzeros of one dask block (``sparse`` or numpy), placed by the block's offset."""
+    import sparse
+
+    if isinstance(block, sparse.SparseArray):
+        if block.fill_value != 0:
+            raise LayoutError(
+                f"A sparse block has fill_value {block.fill_value!r}; the format stores values "
+                "that differ from zero, so every unstored cell would silently become 0. Convert "
+                "with x - fill_value, or densify, first."
+            )
+        coo = block if isinstance(block, sparse.COO) else block.asformat("coo")
+        coords = np.asarray(coo.coords, dtype=np.int64)
+        data = np.asarray(coo.data)
+    else:
+        dense = np.asarray(block)
+        found = np.nonzero(dense)
+        coords = np.array(found, dtype=np.int64).reshape(dense.ndim, -1)
+        data = dense[found]
+    if any(offsets):
+        coords = coords + np.asarray(offsets, dtype=np.int64)[:, None]
+    return coords, data
+
+
+def checked_columns(
+    shape: Sequence[int], data: npt.NDArray[Any], *columns: npt.NDArray[Any]
+) -> Piece:
+    """A piece from one chunk of parallel coordinate columns, refusing a cell outside ``shape``."""
+    coords = np.stack([np.asarray(c, dtype=np.int64) for c in columns])
+    for axis, size in enumerate(shape):
+        column = coords[axis]
+        if column.size and (int(column.min()) < 0 or int(column.max()) >= size):
+            bad = int(column.min()) if int(column.min()) < 0 else int(column.max())
+            raise LayoutError(
+                f"A coordinate along axis {axis} is {bad}, outside an axis of length {size}; it "
+                "would be counted at a position that does not exist and shift every run after "
+                "it. Fix the coordinates, or pass the shape they were made for."
+            )
+    return coords, np.asarray(data)
+
+
+def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:
+    """Values per position along each ``(axis, length)``."""
+    coords = piece[0]
+    return tuple(np.bincount(coords[axis], minlength=length) for axis, length in extents)
+
+
+def add_counts(*counts: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Element-wise sum of count tuples."""
+    return tuple(np.sum(column, axis=0) for column in zip(*counts, strict=True))
+
+
+def split_piece(
+    piece: Piece,
+    axis: int,
+    index_order: Sequence[int],
+    index_shape: Sequence[int],
+    bounds: npt.NDArray[np.int64],
+) -> list[Part]:
+    """Split one piece's values by the partition their position along ``axis`` falls in."""
+    coords, data = piece
+    positions = coords[axis]
+    indices = _ravel(coords, index_order, index_shape)
+    which = np.searchsorted(bounds, positions, side="right") - 1
+    order, ranges = _grouped(which, len(bounds) - 1)
+    positions, indices, data = positions[order], indices[order], data[order]
+    return [(positions[lo:hi], indices[lo:hi], data[lo:hi]) for lo, hi in ranges]
+
+
+def _grouped(which: npt.NDArray[np.int64], groups: int) -> tuple[Any, list[tuple[int, int]]]:
+    """A stable permutation gathering equal ``which``, and each group's range after it."""
+    counts = np.bincount(which, minlength=groups).astype(np.int64)
+    edges = np.concatenate(([0], np.cumsum(counts))).tolist()
+    return _stable_order(which, counts), list(itertools.pairwise(edges))
+
+
+def _ravel(
+    coords: npt.NDArray[np.int64], order: Sequence[int], shape: Sequence[int]
+) -> npt.NDArray[np.int64]:
+    """Raveled index over the axes ``order`` of ``coords``, C order over ``shape``."""
+    raveled = np.zeros(coords.shape[1], dtype=np.int64)
+    for axis, size in zip(order, shape, strict=True):
+        raveled *= size
+        raveled += coords[axis]
+    return raveled
+
+
+def sort_partition(
+    start: int,
+    stop: int,
+    extent: int,
+    index_dtype: npt.DTypeLike,
+    *parts: Part,
+) -> Sorted:
+    """One partition's runs: its values sorted by (position, index), and their maxima.
+
+    1. Concatenate the parts (in piece order) and counting-sort them by position: O(n), and
+       stable, so pieces that arrive in C order leave each run already sorted by index.
+    2. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
+    3. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
+    4. Take each position's largest absolute value.
+    """
+    positions = np.concatenate([p[0] for p in parts]) - start
+    indices = np.concatenate([p[1] for p in parts])
+    data = np.concatenate([p[2] for p in parts])
+    counts = np.bincount(positions, minlength=stop - start).astype(np.int64)
+    order = _stable_order(positions, counts)
+    positions, indices, data = positions[order], indices[order], data[order]
+    same_run = positions[1:] == positions[:-1]
+    if np.any(same_run & (indices[1:] < indices[:-1])):
+        if (stop - start) * extent < 2**62:
+            order = np.argsort(positions * extent + indices, kind="stable")
+        else:  # pragma: no cover - a combined key past int64: rank-4 arrays of ~10^19 cells
+            order = np.lexsort((indices, positions))
+        positions, indices, data = positions[order], indices[order], data[order]
+    repeated = same_run & (indices[1:] == indices[:-1])
+    if np.any(repeated):
+        raise LayoutError(
+            f"{int(repeated.sum())} cells are named twice among positions {start}..{stop - 1}, "
+            "though the input said each cell is named once (a sparse.COO built with "
+            "has_duplicates=False?). A reader would return one of the values at random. Pass "
+            "the input as coordinate columns, which are merged, or fix its construction."
+        )
+    runs = np.concatenate(([0], np.cumsum(counts)))
+    maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
+    if data.size:
+        np.maximum.reduceat(np.abs(data), np.minimum(runs[:-1], data.size - 1), out=maxima)
+        maxima[counts == 0] = 0
+    return indices.astype(index_dtype, copy=False), data, maxima
+
+
+def take(result: Sorted, field: int, lo: int, hi: int) -> npt.NDArray[Any]:
+    """``result[field][lo:hi]``: the slice of one partition a region needs."""
+    return result[field][lo:hi]
+
+
+def write_region(array: zarr.Array[Any], start: int, stop: int, *slices: Any) -> None:
+    """Write whole zarr chunks ``[start, stop)`` from the slices that fill them, in order."""
+    values = slices[0] if len(slices) == 1 else np.concatenate(slices)
+    if values.shape[0] != stop - start:
+        raise LayoutError(  # pragma: no cover - a planning error, never user input
+            f"region {start}:{stop} of {array.path} got {values.shape[0]} values"
+        )
+    array[start:stop] = values
+
+
+def write_array(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -> None:
+    """Write ``values`` (known on the client, like ``indptr``) at ``start``."""
+    array[start : start + values.shape[0]] = values
+
+
+def merge_pieces(shape: Sequence[int], *pieces: Piece) -> tuple[Piece, int]:
+    """Sort pieces that may name a cell twice into one C-order piece, repeats added together.
+
+    Returns the piece and how many repeats were added, so a caller that refuses repeats can do so
+    before anything is written.
+    """
+    coords = np.concatenate([p[0] for p in pieces], axis=1)
+    data = np.concatenate([p[1] for p in pieces])
+    keys = _ravel(coords, range(len(shape)), shape)
+    order = np.argsort(keys, kind="stable")
+    keys, data = keys[order], data[order]
+    fresh = np.ones(keys.shape[0], dtype=bool)
+    fresh[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(fresh)
+    repeats = int(keys.shape[0] - starts.shape[0])
+    if repeats:
+        data, keys = np.add.reduceat(data, starts), keys[starts]
+    return (np.array(np.unravel_index(keys, tuple(shape)), dtype=np.int64), data), repeats
+
+
+def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[Piece]:
+    """Split a piece by a hash of each cell, so every copy of a cell meets in one partition."""
+    coords, data = piece
+    keys = _ravel(coords, range(len(shape)), shape)
+    which = ((keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(
+        partitions
+    )
+    order, ranges = _grouped(which.astype(np.int64), partitions)
+    coords, data = coords[:, order], data[order]
+    return [(coords[:, lo:hi], data[lo:hi]) for lo, hi in ranges]
