@@ -117,6 +117,7 @@ def source_of(x: Any, *, shape: Sequence[int] | None = None) -> Source:
             tasks.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
         return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
     if isinstance(x, np.ndarray):
+        _check_dtype(x.dtype)
         return _from_dask_array(da.from_array(x))
     raise SporadikError(
         f"Cannot write a {type(x).__module__}.{type(x).__name__}: pass a dask array, an xarray "

@@ -59,9 +59,10 @@ def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
     import sparse
 
     if isinstance(block, sparse.SparseArray):
-        if block.fill_value != 0:
+        fill = np.asarray(block.fill_value).item()
+        if fill != 0:
             raise LayoutError(
-                f"A sparse block has fill_value {block.fill_value!r}; the format stores values "
+                f"A sparse block has fill_value {fill!r}; the format stores values "
                 "that differ from zero, so every unstored cell would silently become 0. Convert "
                 "with x - fill_value, or densify, first."
             )

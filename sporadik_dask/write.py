@@ -7,8 +7,8 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import dask
@@ -182,7 +182,10 @@ def _prepare(
     if labels is not None and labels.coords:
         coords = root.create_group(COORDS_GROUP)
         for dim, values in labels.coords.items():
-            coords.create_array(dim, data=values)
+            if values.dtype.kind in "USO":  # variable-length UTF-8: the string dtype with a spec
+                coords.create_array(dim, shape=values.shape, dtype=str)[:] = values.astype(str)
+            else:
+                coords.create_array(dim, data=values)
     return root
 
 

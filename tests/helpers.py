@@ -72,16 +72,20 @@ def block_of(document: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
-class CountingStore(WrapperStore[Any]):
-    """A real store that records every key read from it."""
+class RecordingStore(WrapperStore[Any]):
+    """A real store that records every key read and written, and can fail one write like a full
+    disk does."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, fail_on: str | None = None) -> None:
         super().__init__(store)
         self.reads: list[str] = []
+        self.writes: list[str] = []
+        self.documents: list[dict[str, Any]] = []
+        self.fail_on = fail_on
 
-    def _with_store(self, store: Any) -> CountingStore:
-        wrapped = type(self)(store)
-        wrapped.reads = self.reads
+    def _with_store(self, store: Any) -> RecordingStore:
+        wrapped = type(self)(store, self.fail_on)
+        wrapped.reads, wrapped.writes, wrapped.documents = self.reads, self.writes, self.documents
         return wrapped
 
     async def get(
@@ -96,6 +100,14 @@ class CountingStore(WrapperStore[Any]):
         key_ranges = list(key_ranges)
         self.reads.extend(key for key, _ in key_ranges)
         return await self._store.get_partial_values(prototype, key_ranges)  # type: ignore[no-any-return]
+
+    async def set(self, key: str, value: Buffer) -> None:
+        if key == self.fail_on:
+            raise OSError(28, "No space left on device", key)
+        self.writes.append(key)
+        if key == "zarr.json":
+            self.documents.append(json.loads(value.to_bytes()))
+        await self._store.set(key, value)
 
 
 def memory_copy(path: Path) -> MemoryStore:

@@ -16,7 +16,7 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from tests.helpers import (
-    CountingStore,
+    RecordingStore,
     block_of,
     edit_json,
     memory_copy,
@@ -117,7 +117,7 @@ def test_seeded_random_stores_are_described_as_the_reference_describes_them(
 def test_describe_reads_only_metadata_documents(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(1), (300, 200), 0.1)
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=100)
-    store = CountingStore(LocalStore(path, read_only=True))
+    store = RecordingStore(LocalStore(path, read_only=True))
     description = sd.describe(store)
     assert description.nnz == np.count_nonzero(dense)
     assert store.reads, "the counting store saw no reads"

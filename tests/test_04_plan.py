@@ -1,0 +1,110 @@
+"""The planner, without computing anything: partitions bound memory, regions tile every array."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sporadik_dask.plan import partition_bounds, plan_layout, regions_over
+
+
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=0, max_size=60),
+    target=st.integers(1, 200),
+)
+def test_partitions_cover_every_position_once_and_stay_near_the_target(
+    counts: list[int], target: int
+) -> None:
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    bounds = partition_bounds(indptr, target)
+    assert bounds[0] == 0 and bounds[-1] == len(counts)
+    assert np.all(np.diff(bounds) > 0)
+    sizes = np.diff(indptr[bounds])
+    heaviest = max(counts, default=0)
+    # A partition exceeds the target only by less than one position's run, or by one position.
+    assert np.all(sizes <= max(2 * target, target + heaviest) + heaviest)
+
+
+def test_one_position_heavier_than_the_target_stays_whole_in_its_own_partition() -> None:
+    counts = [1, 1, 1000, 1, 1]
+    indptr = np.concatenate(([0], np.cumsum(counts)))
+    bounds = partition_bounds(indptr, 10)
+    sizes = dict(zip(bounds[:-1].tolist(), np.diff(indptr[bounds]).tolist(), strict=True))
+    assert 1000 in sizes.values() or 1001 in sizes.values() or 1002 in sizes.values()
+    assert len(bounds) - 1 >= 2
+
+
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=20),
+    chunk=st.integers(1, 30),
+)
+def test_regions_tile_the_array_in_whole_chunks_and_each_slice_comes_from_its_partition(
+    sizes: list[int], chunk: int
+) -> None:
+    cuts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    total = int(cuts[-1])
+    regions = regions_over(cuts, chunk)
+    covered = 0
+    for region in regions:
+        assert region.start == covered
+        assert region.start % chunk == 0
+        assert region.stop % chunk == 0 or region.stop == total
+        # Reassemble the region from its sources: element e of partition p is cuts[p] + e.
+        assembled = np.concatenate(
+            [np.arange(cuts[p] + lo, cuts[p] + hi) for p, lo, hi in region.sources]
+        )
+        np.testing.assert_array_equal(assembled, np.arange(region.start, region.stop))
+        covered = region.stop
+    assert covered == total
+
+
+@settings(max_examples=50)
+@given(
+    counts=st.lists(st.integers(0, 300), min_size=0, max_size=40),
+    chunk=st.one_of(st.none(), st.integers(1, 100)),
+    target=st.integers(1, 500),
+)
+def test_a_plan_holds_the_indptr_the_counts_give_and_chunks_like_the_reference(
+    counts: list[int], chunk: int | None, target: int
+) -> None:
+    plan = plan_layout(
+        (len(counts), 7),
+        0,
+        (1,),
+        np.asarray(counts),
+        "float64",
+        partition_values=target,
+        chunk=chunk,
+    )
+    np.testing.assert_array_equal(plan.indptr, np.concatenate(([0], np.cumsum(counts))))
+    assert plan.indptr.dtype == np.int32
+    assert plan.nnz == sum(counts)
+    assert plan.regions["maxima"] == regions_over(plan.bounds, plan.chunks["maxima"])
+    if chunk is None:
+        assert plan.chunks["data"] == (min(16384, sum(counts)) or 16384)
+        assert plan.chunks["indices"] == (min(32768, sum(counts)) or 32768)
+
+
+def test_a_byte_addressable_plan_writes_each_array_as_one_chunk() -> None:
+    plan = plan_layout(
+        (4, 5),
+        1,
+        (0,),
+        np.array([3, 0, 2, 1, 0]),
+        "int64",
+        partition_values=2,
+        byte_addressable=True,
+    )
+    assert dict(plan.chunks) == {"data": 6, "indices": 6, "indptr": 6, "maxima": 5}
+    assert plan.encoding == "csc_matrix" and plan.declared_shape == (4, 5)
+
+
+@pytest.mark.parametrize(("columns", "width"), [(2**31 - 1, np.int32), (2**31, np.int64)])
+def test_the_index_width_is_int64_once_an_index_would_not_fit_in_int32(
+    columns: int, width: type
+) -> None:
+    plan = plan_layout((2, columns), 0, (1,), np.array([10, 0]), "float32", partition_values=100)
+    assert plan.index_dtype == np.dtype(width)
+    assert plan.indptr.dtype == np.dtype(width)

@@ -1,0 +1,294 @@
+"""`to_sporadik` end to end: every input kind at ranks 2-4 reads back in the reference with the
+input's values, rank-2 layouts are the reference's and anndata's bytes, and the block is last."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anndata
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import sparse
+import sporadik
+import xarray as xr
+import zarr
+from zarr.storage import LocalStore
+
+import sporadik_dask as sd
+from tests.helpers import RecordingStore, random_dense
+
+
+def read_back(path: Path) -> np.ndarray:
+    """The array the reference reads from ``path``, dense."""
+    with sporadik.open_array(path) as store:
+        return store.to_array().to_dense()
+
+
+def _dask_sparse(dense: np.ndarray, chunks: Any) -> Any:
+    return da.from_array(sparse.COO.from_numpy(dense), chunks=chunks, asarray=False)
+
+
+def _columns(dense: np.ndarray, chunks: Any) -> Any:
+    found = np.nonzero(dense)
+    step = max(len(found[0]) // 3, 1)
+    return (
+        da.from_array(dense[found], chunks=step),
+        tuple(da.from_array(c, chunks=step) for c in found),
+    )
+
+
+INPUTS: dict[str, Callable[[np.ndarray, Any], Any]] = {
+    "dask array of sparse.COO chunks": _dask_sparse,
+    "dask array of GCXS chunks": lambda d, c: _dask_sparse(d, c).map_blocks(
+        lambda b: b.asformat("gcxs"), meta=sparse.GCXS.from_numpy(np.zeros((0,) * d.ndim, d.dtype))
+    ),
+    "dask array of numpy chunks": lambda d, c: da.from_array(d, chunks=c),
+    "coordinate columns": _columns,
+    "in-memory sparse.COO": lambda d, c: sparse.COO.from_numpy(d),
+    "in-memory numpy": lambda d, c: d,
+    "xarray DataArray": lambda d, c: xr.DataArray(_dask_sparse(d, c)),
+}
+
+SHAPES = {2: ((37, 23), (10, 9)), 3: ((9, 7, 5), (4, 3, 5)), 4: ((5, 4, 3, 6), (2, 3, 2, 4))}
+
+
+@pytest.mark.parametrize("rank", [2, 3, 4])
+@pytest.mark.parametrize("kind", INPUTS, ids=list(INPUTS))
+def test_every_input_kind_reads_back_in_the_reference_with_its_values(
+    tmp_path: Path, kind: str, rank: int
+) -> None:
+    shape, chunks = SHAPES[rank]
+    dense = random_dense(np.random.default_rng(rank), shape, 0.3)
+    path = tmp_path / "s.zarr"
+    shape_arg = shape if kind == "coordinate columns" else None
+    description = sd.to_sporadik(INPUTS[kind](dense, chunks), path, shape=shape_arg, chunk=16)
+    assert isinstance(description, sd.StoreDescription)
+    assert description.indexed_axes == tuple(range(rank))
+    np.testing.assert_array_equal(read_back(path), dense)
+    sd.validate(path)
+
+
+def test_scipy_input_reads_back_in_the_reference(tmp_path: Path) -> None:
+    matrix = sp.random(60, 40, density=0.1, format="csc", random_state=3, dtype=np.float64)
+    sd.to_sporadik(matrix, tmp_path / "s.zarr")
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), matrix.toarray())
+
+
+def _chunk_files(path: Path) -> dict[str, bytes]:
+    return {
+        file.relative_to(path).as_posix(): file.read_bytes()
+        for file in sorted((path / "layouts").rglob("*"))
+        if file.is_file()
+    }
+
+
+@pytest.mark.parametrize("byte_addressable", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_rank_two_layouts_are_byte_identical_to_the_references(
+    tmp_path: Path, dtype: str, byte_addressable: bool
+) -> None:
+    dense = random_dense(np.random.default_rng(7), (400, 150), 0.2, dtype)
+    ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
+    x = _dask_sparse(dense, (64, 50))
+    sd.to_sporadik(x, ours, byte_addressable=byte_addressable)
+    sporadik.SparseArray.from_dense(dense).write(theirs, byte_addressable=byte_addressable)
+    assert _chunk_files(ours) == _chunk_files(theirs)
+
+
+def test_rank_two_arrays_equal_what_anndata_writes(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(8), (120, 80), 0.15)
+    sd.to_sporadik(da.from_array(dense, chunks=(50, 30)), tmp_path / "ours.zarr")
+    group = zarr.open_group(tmp_path / "anndata.zarr", mode="w", zarr_format=3)
+    matrix = sp.csr_matrix(dense)
+    anndata.io.write_elem(group, "csr", matrix)
+    anndata.io.write_elem(group, "csc", matrix.tocsc())
+    ours = zarr.open_group(tmp_path / "ours.zarr", mode="r")
+    for axis, name in ((0, "csr"), (1, "csc")):
+        layout = ours[f"layouts/axis{axis}"]
+        assert dict(layout.attrs) == dict(group[name].attrs)
+        for array in ("data", "indices", "indptr"):
+            mine, theirs = layout[array], group[name][array]
+            assert mine.dtype == theirs.dtype, array
+            np.testing.assert_array_equal(mine[:], theirs[:])
+        read = anndata.io.read_elem(layout)
+        np.testing.assert_array_equal(read.toarray(), dense)
+
+
+@pytest.mark.parametrize(
+    ("shape", "density"),
+    [((0, 10), 0.5), ((10, 0), 0.5), ((12, 9), 0.0), ((3, 0, 4), 0.5), ((30, 20), 0.02)],
+    ids=["zero rows", "zero columns", "no values", "zero-length middle axis", "empty chunks"],
+)
+def test_degenerate_arrays_read_back_in_the_reference(
+    tmp_path: Path, shape: tuple[int, ...], density: float
+) -> None:
+    dense = random_dense(np.random.default_rng(9), shape, density)
+    chunks = tuple(max(size // 3, 1) for size in shape)
+    sd.to_sporadik(_dask_sparse(dense, chunks), tmp_path / "s.zarr")
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+    assert sporadik.describe(tmp_path / "s.zarr").shape == shape
+
+
+def test_only_the_layouts_asked_for_are_written(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(10), (8, 6, 4), 0.3)
+    description = sd.to_sporadik(dense, tmp_path / "s.zarr", axes=(2,))
+    assert description.indexed_axes == (2,)
+    assert sporadik.describe(tmp_path / "s.zarr").layouts.keys() == {2}
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+
+
+def test_small_partitions_give_the_same_bytes_as_one(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(11), (300, 200), 0.1)
+    x = _dask_sparse(dense, (40, 70))
+    sd.to_sporadik(x, tmp_path / "one.zarr", chunk=100)
+    sd.to_sporadik(x, tmp_path / "many.zarr", chunk=100, partition_bytes=2000)
+    assert _chunk_files(tmp_path / "one.zarr") == _chunk_files(tmp_path / "many.zarr")
+
+
+def test_the_root_document_with_the_block_is_the_last_object_written(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(12), (100, 60), 0.2)
+    store = RecordingStore(LocalStore(tmp_path / "s.zarr"))
+    sd.to_sporadik(_dask_sparse(dense, (30, 30)), store, chunk=64)
+    assert store.writes[-1] == "zarr.json"
+    with_block = [i for i, key in enumerate(store.writes) if key == "zarr.json"]
+    chunk_writes = [i for i, key in enumerate(store.writes) if "/c/" in key]
+    assert chunk_writes and max(chunk_writes) < with_block[-1]
+    assert "sporadik" in json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]
+
+
+def test_compute_false_writes_nothing_until_computed_then_commits(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(13), (50, 40), 0.2)
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(_dask_sparse(dense, (20, 20)), path, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(path)
+    (description,) = dask.compute(write)
+    assert description.nnz == np.count_nonzero(dense)
+    np.testing.assert_array_equal(read_back(path), dense)
+
+
+def test_an_existing_store_is_refused_without_overwrite_and_replaced_with_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.zarr"
+    first = random_dense(np.random.default_rng(14), (30, 20), 0.2)
+    second = random_dense(np.random.default_rng(15), (25, 35), 0.2)
+    sd.to_sporadik(first, path)
+    with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
+        sd.to_sporadik(second, path)
+    np.testing.assert_array_equal(read_back(path), first)
+    sd.to_sporadik(second, path, overwrite=True)
+    np.testing.assert_array_equal(read_back(path), second)
+
+
+def test_overwrite_removes_the_old_block_before_anything_else(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(random_dense(np.random.default_rng(16), (30, 20), 0.2), path)
+    store = RecordingStore(LocalStore(path))
+    sd.to_sporadik(random_dense(np.random.default_rng(17), (30, 20), 0.2), store, overwrite=True)
+    assert store.writes[0] == "zarr.json"
+    assert "sporadik" not in store.documents[0]["attributes"]
+
+
+def test_a_failed_chunk_write_leaves_no_block(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(18), (60, 40), 0.3)
+    store = RecordingStore(LocalStore(tmp_path / "s.zarr"), fail_on="layouts/axis1/data/c/1")
+    with pytest.raises(OSError, match="No space left"):
+        sd.to_sporadik(_dask_sparse(dense, (20, 20)), store, chunk=32)
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(tmp_path / "s.zarr")
+    with pytest.raises(sporadik.IncompleteError):
+        sporadik.describe(tmp_path / "s.zarr")
+
+
+def test_repeated_cells_across_chunks_are_summed_or_refused(tmp_path: Path) -> None:
+    rows = da.from_array(np.array([0, 1, 2, 0, 1, 3]), chunks=3)
+    cols = da.from_array(np.array([0, 1, 2, 0, 1, 3]), chunks=3)
+    values = da.from_array(np.array([1.0, 2.0, 3.0, 10.0, 20.0, 4.0]), chunks=3)
+    sd.to_sporadik((values, (rows, cols)), tmp_path / "sum.zarr", shape=(4, 5))
+    expected = np.zeros((4, 5))
+    expected[[0, 1, 2, 3], [0, 1, 2, 3]] = [11.0, 22.0, 3.0, 4.0]
+    np.testing.assert_array_equal(read_back(tmp_path / "sum.zarr"), expected)
+    with pytest.raises(sd.LayoutError, match="2 values name a cell"):
+        sd.to_sporadik(
+            (values, (rows, cols)), tmp_path / "refuse.zarr", shape=(4, 5), duplicates="refuse"
+        )
+    assert not (tmp_path / "refuse.zarr").exists()
+
+
+def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(19), (6, 4), 0.5)
+    array = xr.DataArray(
+        _dask_sparse(dense, (3, 2)),
+        dims=("cell", "gene"),
+        coords={"gene": ["a", "b", "c", "d"], "cell": np.arange(10, 16)},
+        name="counts",
+        attrs={"units": "reads"},
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    root = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    assert root.attrs["xarray"] == {
+        "name": "counts",
+        "dims": ["cell", "gene"],
+        "attrs": {"units": "reads"},
+        "coords": ["cell", "gene"],
+    }
+    assert list(root["coords/gene"][:]) == ["a", "b", "c", "d"]
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+
+
+BAD_INPUTS: dict[str, tuple[Callable[[], Any], dict[str, Any], str]] = {
+    "rank one": (lambda: np.arange(5.0), {}, "at least 2 axes"),
+    "object dtype": (lambda: np.array([[1, None]], dtype=object), {}, "dtype object"),
+    "string dtype": (lambda: np.array([["a", "b"]]), {}, "dtype <U1"),
+    "non-zero fill value": (
+        lambda: sparse.COO.from_numpy(np.ones((3, 3)), fill_value=1.0),
+        {},
+        "fill_value 1.0",
+    ),
+    "negative coordinate": (
+        lambda: (np.ones(2), (np.array([0, -1]), np.array([0, 1]))),
+        {"shape": (3, 3)},
+        "is -1",
+    ),
+    "coordinate past the axis": (
+        lambda: (np.ones(2), (np.array([0, 1]), np.array([0, 3]))),
+        {"shape": (3, 3)},
+        "is 3, outside an axis of length 3",
+    ),
+    "non-integer coordinates": (
+        lambda: (np.ones(2), (np.array([0.0, 1.5]), np.array([0, 1]))),
+        {"shape": (3, 3)},
+        "dtype float64",
+    ),
+    "columns of different lengths": (
+        lambda: (np.ones(2), (np.array([0, 1, 2]), np.array([0, 1]))),
+        {"shape": (3, 3)},
+        "number 3 against 2",
+    ),
+    "columns without a shape": (
+        lambda: (np.ones(2), (np.array([0, 1]), np.array([0, 1]))),
+        {},
+        "need shape=",
+    ),
+    "raveled size past int64": (lambda: sparse.zeros((2**40, 2**40)), {}, "past what an int64"),
+    "axis out of range": (lambda: np.eye(3), {"axes": (2,)}, "axes=\\(2,\\)"),
+    "axis repeated": (lambda: np.eye(3), {"axes": (0, 0)}, "axes=\\(0, 0\\)"),
+    "unknown duplicates mode": (lambda: np.eye(3), {"duplicates": "mean"}, "duplicates='mean'"),
+    "unsupported input": (lambda: [[1, 2], [3, 4]], {}, "Cannot write a builtins.list"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_is_refused_clearly_and_writes_nothing(tmp_path: Path, case: str) -> None:
+    make, options, message = BAD_INPUTS[case]
+    with pytest.raises(sd.SporadikError, match=message):
+        sd.to_sporadik(make(), tmp_path / "s.zarr", **options)
+    assert not (tmp_path / "s.zarr").exists()

@@ -1,0 +1,65 @@
+"""The same write on a real `distributed.LocalCluster` with worker processes: workers write the
+chunks, the client commits the block."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+import sporadik
+from distributed import Client, LocalCluster, get_task_stream
+
+import sporadik_dask as sd
+from tests.helpers import random_dense
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_a_cluster_writes_what_the_threaded_scheduler_writes(
+    tmp_path: Path, client: Client, rank: int
+) -> None:
+    shape = (120, 90) if rank == 2 else (20, 15, 12)
+    dense = random_dense(np.random.default_rng(rank), shape, 0.2)
+    x = da.from_array(
+        sparse.COO.from_numpy(dense), chunks=tuple(s // 3 for s in shape), asarray=False
+    )
+    with get_task_stream(client) as stream:
+        on_cluster = sd.to_sporadik(x, tmp_path / "cluster.zarr", chunk=50, partition_bytes=4000)
+    ran = {str(task["key"]) for task in stream.data}
+    workers = {task["worker"] for task in stream.data}
+    assert any("-sort" in key for key in ran) and any("-write-data" in key for key in ran)
+    assert len(workers) == 2
+    with sporadik.open_array(tmp_path / "cluster.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+    with sporadik.open_array(tmp_path / "cluster.zarr") as store:
+        assert store.indexed_axes == tuple(range(rank))
+    assert on_cluster.nnz == np.count_nonzero(dense)
+
+
+def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> None:
+    rng = np.random.default_rng(5)
+    rows, cols = rng.integers(0, 50, 400), rng.integers(0, 30, 400)
+    values = rng.integers(1, 5, 400).astype(np.float64)
+    columns = (
+        da.from_array(values, chunks=70),
+        (da.from_array(rows, chunks=70), da.from_array(cols, chunks=70)),
+    )
+    sd.to_sporadik(columns, tmp_path / "s.zarr", shape=(50, 30))
+    expected = np.zeros((50, 30))
+    np.add.at(expected, (rows, cols), values)
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), expected)
