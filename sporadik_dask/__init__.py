@@ -19,7 +19,7 @@ from sporadik_dask.errors import (
 )
 from sporadik_dask.spec import SPEC_VERSION
 from sporadik_dask.validate import validate
-from sporadik_dask.write import StoreWrite, to_sporadik
+from sporadik_dask.write import StoreWrite, add_axis, to_sporadik
 
 try:
     __version__ = version("sporadik-dask")
@@ -40,6 +40,7 @@ __all__ = [
     "StoreNotFoundError",
     "StoreWrite",
     "__version__",
+    "add_axis",
     "describe",
     "to_sporadik",
     "validate",

@@ -21,10 +21,12 @@ from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from sporadik_dask import tasks
+from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.errors import LayoutError, SporadikError
-from sporadik_dask.spec import MIN_RANK
+from sporadik_dask.plan import partition_bounds
+from sporadik_dask.spec import MIN_RANK, check_indptr
 
-__all__ = ["Labels", "Source", "source_of"]
+__all__ = ["Labels", "Source", "source_of", "source_of_layout"]
 
 Key = Any
 
@@ -224,3 +226,28 @@ def _from_dataarray(array: Any) -> Source:
         coords=coords,
     )
     return replace(source_of(array.data), labels=labels)
+
+
+def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Source:
+    """The pieces of a layout already in a store: ranges of its positions, read where needed.
+
+    ``indptr`` is read here, on the client, and checked, since it decides every piece's range.
+    """
+    indptr = np.asarray(group["indptr"][:], dtype=np.int64)
+    check_indptr(indptr, layout.nnz, f"Layout {layout.path!r} in {where}")
+    bounds = partition_bounds(indptr, PIECE_VALUES)
+    name = f"sporadik-layout-pieces-{tokenize(where, layout.path, indptr)}"
+    layer: dict[Key, Any] = {}
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        layer[(name, len(layer))] = (
+            tasks.piece_of_layout,
+            group["indices"],
+            group["data"],
+            indptr[start : stop + 1],
+            start,
+            layout.indexed_axis,
+            layout.index_order,
+            layout.shape,
+        )
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return Source(shape=layout.shape, dtype=layout.dtype, graph=graph, pieces=tuple(layer))

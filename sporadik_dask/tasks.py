@@ -8,6 +8,7 @@ piece's values bound for one partition of one layout.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy.typing as npt
 import zarr
 
 from sporadik_dask.errors import LayoutError
+from sporadik_dask.spec import check_indices
 
 __all__ = [
     "Piece",
@@ -25,6 +27,7 @@ __all__ = [
     "count_piece",
     "merge_pieces",
     "piece_of_block",
+    "piece_of_layout",
     "sort_partition",
     "split_by_cell",
     "split_piece",
@@ -94,6 +97,31 @@ def checked_columns(
                 "it. Fix the coordinates, or pass the shape they were made for."
             )
     return coords, np.asarray(data)
+
+
+def piece_of_layout(
+    indices: zarr.Array[Any],
+    data: zarr.Array[Any],
+    indptr: npt.NDArray[np.int64],
+    start: int,
+    indexed_axis: int,
+    index_order: Sequence[int],
+    shape: Sequence[int],
+) -> Piece:
+    """The values of positions ``start:start + len(indptr) - 1`` of a stored layout, as a piece.
+
+    Every index is checked against the raveled extent as it is read, so a corrupt layout is
+    refused rather than copied into a new one.
+    """
+    lo, hi = int(indptr[0]), int(indptr[-1])
+    raveled = np.asarray(indices[lo:hi], dtype=np.int64)
+    index_shape = tuple(int(shape[axis]) for axis in index_order)
+    check_indices(raveled, math.prod(index_shape), f"indices {lo}:{hi} of {indices.path}")
+    coords = np.empty((len(shape), hi - lo), dtype=np.int64)
+    coords[indexed_axis] = np.repeat(np.arange(start, start + len(indptr) - 1), np.diff(indptr))
+    for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
+        coords[axis] = column
+    return coords, np.asarray(data[lo:hi])
 
 
 def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:

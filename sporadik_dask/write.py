@@ -21,7 +21,7 @@ from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import LayoutError, StoreExistsError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
 from sporadik_dask.plan import LayoutPlan, plan_layout
-from sporadik_dask.sources import Labels, Source, source_of
+from sporadik_dask.sources import Labels, Source, source_of, source_of_layout
 from sporadik_dask.spec import (
     BLOCK_KEY,
     ENCODING_VERSION,
@@ -31,7 +31,14 @@ from sporadik_dask.spec import (
 )
 from sporadik_dask.storage import StoreLike, location_of, open_group
 
-__all__ = ["LABELS_KEY", "StoreWrite", "create_layout", "plan_source", "to_sporadik"]
+__all__ = [
+    "LABELS_KEY",
+    "StoreWrite",
+    "add_axis",
+    "create_layout",
+    "plan_source",
+    "to_sporadik",
+]
 
 Duplicates = Literal["sum", "refuse"]
 
@@ -282,12 +289,67 @@ def to_sporadik(
         partition_bytes=partition_bytes,
     )
     root = _prepare(store, storage_options, overwrite, source.labels)
+    block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
     layouts = root.create_group(LAYOUTS_GROUP)
+    return _write(source, plans, layouts, byte_addressable, block, location_of(store), compute)
+
+
+def _write(
+    source: Source,
+    plans: dict[int, LayoutPlan],
+    layouts: zarr.Group,
+    byte_addressable: bool,
+    block: Block,
+    location: str,
+    compute: bool,
+) -> StoreDescription | StoreWrite:
+    """Create the planned layouts' arrays, then compute (or return) their write and commit."""
     arrays = {axis: create_layout(layouts, plan, byte_addressable) for axis, plan in plans.items()}
     graph, keys = write_graph(source, plans, arrays)
-    block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
-    write = StoreWrite(graph, keys, root.store, block, location_of(store))
+    write = StoreWrite(graph, keys, layouts.store, block, location)
     if compute:
         description: StoreDescription = write.compute()
         return description
     return write
+
+
+def add_axis(
+    store: StoreLike,
+    axis: int,
+    *,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+    compute: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    partition_bytes: int | None = None,
+) -> StoreDescription | StoreWrite:
+    """Build the layout making ``axis`` contiguous from one the store already has, out of core.
+
+    The new layout's chunks are written beside the finished ones, which readers go on reading;
+    the block is rewritten to name it only after every chunk is written, keeping any other root
+    attributes. A store that already has the layout is returned as it is.
+    """
+    description = describe(store, storage_options=storage_options)
+    axis = int(axis)
+    if axis in description.layouts:
+        return description
+    _axes((axis,), description.rank)
+    held = min(description.layouts.values(), key=lambda layout: layout.nnz)
+    root = open_group(store, mode="r+", storage_options=storage_options)
+    child = root[held.path]
+    source = source_of_layout(child, held, description.location)
+    plans = plan_source(
+        source,
+        (axis,),
+        duplicates="refuse",
+        chunk=chunk,
+        byte_addressable=byte_addressable,
+        partition_bytes=partition_bytes,
+    )
+    layouts = root[LAYOUTS_GROUP]
+    assert isinstance(layouts, zarr.Group)  # described already
+    if f"axis{axis}" in layouts:  # a layout an earlier, unfinished add_axis left unnamed
+        del layouts[f"axis{axis}"]
+    orders = {a: layout.index_order for a, layout in description.layouts.items()}
+    block = Block.over(description.shape, {**orders, axis: plans[axis].index_order})
+    return _write(source, plans, layouts, byte_addressable, block, description.location, compute)
