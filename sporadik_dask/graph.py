@@ -117,6 +117,7 @@ def _shuffle(layer: dict[Key, Any], name: str, pieces: Sequence[Key], plan: Layo
             plan.index_order,
             plan.index_shape,
             plan.bounds,
+            plan.index_dtype,
         )
         for p in range(plan.partitions):
             layer[(part, b, p)] = (getitem, (split, b), p)

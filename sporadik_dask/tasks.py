@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
+from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError
 from sporadik_dask.spec import check_indices
 
@@ -42,19 +43,34 @@ Sorted = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
 
 
 @numba.njit(cache=True, nogil=True)
-def _stable_order(keys: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]) -> Any:
-    """The stable counting-sort permutation of ``keys`` in ``[0, len(counts))``: O(n)."""
+def _scatter(keys: Any, counts: Any, positions: Any, indices: Any, data: Any) -> Any:
+    """Stable counting sort of three parallel arrays by ``keys`` in ``[0, len(counts))``: O(n)."""
     offsets = np.empty(len(counts), dtype=np.int64)
     running = 0
     for key in range(len(counts)):
         offsets[key] = running
         running += counts[key]
-    order = np.empty(len(keys), dtype=np.int64)
+    out_positions = np.empty_like(positions)
+    out_indices = np.empty_like(indices)
+    out_data = np.empty_like(data)
     for i in range(len(keys)):
-        key = keys[i]
-        order[offsets[key]] = i
-        offsets[key] += 1
-    return order
+        j = offsets[keys[i]]
+        out_positions[j] = positions[i]
+        out_indices[j] = indices[i]
+        out_data[j] = data[i]
+        offsets[keys[i]] = j + 1
+    return out_positions, out_indices, out_data
+
+
+def _by_key(keys: Any, counts: Any, positions: Any, indices: Any, data: Any) -> Part:
+    """The three arrays stably sorted by ``keys``, without moving them if already in order."""
+    if keys.size < 2 or bool(np.all(keys[1:] >= keys[:-1])):
+        return positions, indices, data
+    try:
+        return _scatter(keys, counts, positions, indices, data)
+    except numba.core.errors.TypingError:  # a dtype numba cannot hold, such as float16
+        order = np.argsort(keys, kind="stable")
+        return positions[order], indices[order], data[order]
 
 
 def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
@@ -141,22 +157,22 @@ def split_piece(
     index_order: Sequence[int],
     index_shape: Sequence[int],
     bounds: npt.NDArray[np.int64],
+    index_dtype: npt.DTypeLike,
 ) -> list[Part]:
-    """Split one piece's values by the partition their position along ``axis`` falls in."""
+    """Split one piece's values by the partition their position along ``axis`` falls in.
+
+    Positions and indices are narrowed to the layout's index width here, so every later copy
+    moves half the bytes of int64 when the layout is int32.
+    """
     coords, data = piece
-    positions = coords[axis]
-    indices = _ravel(coords, index_order, index_shape)
+    width = np.dtype(index_dtype)
+    positions = coords[axis].astype(width)
+    indices = _ravel(coords, index_order, index_shape).astype(width, copy=False)
     which = np.searchsorted(bounds, positions, side="right") - 1
-    order, ranges = _grouped(which, len(bounds) - 1)
-    positions, indices, data = positions[order], indices[order], data[order]
-    return [(positions[lo:hi], indices[lo:hi], data[lo:hi]) for lo, hi in ranges]
-
-
-def _grouped(which: npt.NDArray[np.int64], groups: int) -> tuple[Any, list[tuple[int, int]]]:
-    """A stable permutation gathering equal ``which``, and each group's range after it."""
-    counts = np.bincount(which, minlength=groups).astype(np.int64)
+    counts = np.bincount(which, minlength=len(bounds) - 1)
+    positions, indices, data = _by_key(which, counts, positions, indices, data)
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
-    return _stable_order(which, counts), list(itertools.pairwise(edges))
+    return [(positions[lo:hi], indices[lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
 
 
 def _ravel(
@@ -188,13 +204,13 @@ def sort_partition(
     positions = np.concatenate([p[0] for p in parts]) - start
     indices = np.concatenate([p[1] for p in parts])
     data = np.concatenate([p[2] for p in parts])
-    counts = np.bincount(positions, minlength=stop - start).astype(np.int64)
-    order = _stable_order(positions, counts)
-    positions, indices, data = positions[order], indices[order], data[order]
+    counts = np.bincount(positions, minlength=stop - start)
+    positions, indices, data = _by_key(positions, counts, positions, indices, data)
     same_run = positions[1:] == positions[:-1]
     if np.any(same_run & (indices[1:] < indices[:-1])):
         if (stop - start) * extent < 2**62:
-            order = np.argsort(positions * extent + indices, kind="stable")
+            key = positions.astype(np.int64) * extent + indices
+            order = np.argsort(key, kind="stable")
         else:  # pragma: no cover - a combined key past int64: rank-4 arrays of ~10^19 cells
             order = np.lexsort((indices, positions))
         positions, indices, data = positions[order], indices[order], data[order]
@@ -226,12 +242,12 @@ def write_region(array: zarr.Array[Any], start: int, stop: int, *slices: Any) ->
         raise LayoutError(  # pragma: no cover - a planning error, never user input
             f"region {start}:{stop} of {array.path} got {values.shape[0]} values"
         )
-    array[start:stop] = values
+    write_chunks(array, start, values)
 
 
 def write_array(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -> None:
     """Write ``values`` (known on the client, like ``indptr``) at ``start``."""
-    array[start : start + values.shape[0]] = values
+    write_chunks(array, start, values)
 
 
 def merge_pieces(shape: Sequence[int], *pieces: Piece) -> tuple[Piece, int]:
@@ -258,9 +274,9 @@ def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[P
     """Split a piece by a hash of each cell, so every copy of a cell meets in one partition."""
     coords, data = piece
     keys = _ravel(coords, range(len(shape)), shape)
-    which = ((keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)) % np.uint64(
-        partitions
-    )
-    order, ranges = _grouped(which.astype(np.int64), partitions)
+    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    which = (mixed % np.uint64(partitions)).astype(np.int64)
+    order = np.argsort(which, kind="stable")
+    edges = np.searchsorted(which[order], np.arange(partitions + 1)).tolist()
     coords, data = coords[:, order], data[order]
-    return [(coords[:, lo:hi], data[lo:hi]) for lo, hi in ranges]
+    return [(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]

@@ -234,7 +234,6 @@ def create_layout(
             chunks=(plan.chunks[name],),
             compressors=None if byte_addressable else "auto",
             fill_value=0,
-            config={"write_empty_chunks": True},
         )
         for name in ("data", "indices", "indptr", MAXIMA)
     }
