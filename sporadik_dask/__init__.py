@@ -12,11 +12,13 @@ from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
 from sporadik_dask.errors import (
     IncompleteError,
     LayoutError,
+    ScanWarning,
     SpecError,
     SporadikError,
     StoreExistsError,
     StoreNotFoundError,
 )
+from sporadik_dask.read import StoreReader, from_sporadik
 from sporadik_dask.spec import SPEC_VERSION
 from sporadik_dask.validate import validate
 from sporadik_dask.write import StoreWrite, add_axis, to_sporadik
@@ -33,15 +35,18 @@ __all__ = [
     "IncompleteError",
     "LayoutDescription",
     "LayoutError",
+    "ScanWarning",
     "SpecError",
     "SporadikError",
     "StoreDescription",
     "StoreExistsError",
     "StoreNotFoundError",
+    "StoreReader",
     "StoreWrite",
     "__version__",
     "add_axis",
     "describe",
+    "from_sporadik",
     "to_sporadik",
     "validate",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "IncompleteError",
     "LayoutError",
+    "ScanWarning",
     "SpecError",
     "SporadikError",
     "StoreExistsError",
@@ -39,3 +40,7 @@ class StoreNotFoundError(SporadikError, FileNotFoundError):
 
 class StoreExistsError(SporadikError, FileExistsError):
     """Something is already stored where a write was asked to create a store."""
+
+
+class ScanWarning(UserWarning):
+    """A selection was answered by scanning a layout, since the one that compresses it is absent."""

@@ -1,0 +1,379 @@
+"""Reading selections of a store as ``sparse.COO``, each routed to the layout that answers it.
+
+Any selection costs two read waves: the ``indptr`` brackets of the positions asked for, then every
+run they name, together (ranges that share a zarr chunk merged, so no chunk is fetched twice). The
+layout is the one whose runs hold the fewest values for the selection, which the brackets tell
+before any value is read; a selection no present layout compresses is a scan, with a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from zarr.core.array import AsyncArray
+
+from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_async
+from sporadik_dask.errors import LayoutError, ScanWarning
+from sporadik_dask.spec import ARRAY_NAMES, MAXIMA, check_indices
+from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+
+__all__ = ["StoreReader", "from_sporadik", "normalize_key"]
+
+Selection = list[npt.NDArray[np.int64]]
+
+
+def normalize_key(key: Any, shape: Sequence[int]) -> tuple[Selection, tuple[int, ...]]:
+    """Per axis the positions selected, in the caller's order, and the axes an integer drops.
+
+    Accepts ints (negative counted from the end), slices with any step, and integer arrays.
+    """
+    if not isinstance(key, tuple):
+        key = (key,)
+    if len(key) > len(shape):
+        raise IndexError(f"{len(key)} indices for an array of rank {len(shape)}")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    selections, dropped = [], []
+    for axis, (part, size) in enumerate(zip(key, shape, strict=True)):
+        if isinstance(part, slice):
+            chosen = np.arange(*part.indices(size), dtype=np.int64)
+        elif np.ndim(part) == 0:
+            position = int(part)
+            if not -size <= position < size:
+                raise IndexError(f"index {position} is out of bounds for axis {axis} of {size}")
+            chosen = np.array([position % size], dtype=np.int64)
+            dropped.append(axis)
+        else:
+            chosen = np.asarray(part).astype(np.int64, copy=False).ravel()
+            if chosen.size and (chosen.min() < -size or chosen.max() >= size):
+                raise IndexError(f"an index is out of bounds for axis {axis} of {size}")
+            chosen = np.where(chosen < 0, chosen + size, chosen)
+        selections.append(chosen)
+    return selections, tuple(dropped)
+
+
+def _coalesce(
+    lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], chunk: int
+) -> list[tuple[int, int]]:
+    """Sorted element ranges, merged where they touch or share a zarr chunk."""
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    if lo.size == 0:
+        return []
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    # A new range starts where the next run begins in a chunk past the one the last run ends in.
+    breaks = np.ones(lo.size, dtype=bool)
+    breaks[1:] = lo[1:] // chunk > (reach[:-1] - 1) // chunk
+    heads = np.flatnonzero(breaks)
+    stops = np.maximum.reduceat(hi, heads)
+    return list(zip(lo[heads].tolist(), stops.tolist(), strict=True))
+
+
+class StoreReader:
+    """A store's description and lazily opened arrays; pickles as a location, never a handle."""
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        description: StoreDescription | None = None,
+    ) -> None:
+        if isinstance(store, os.PathLike):
+            store = os.fspath(store)
+        self.store = store
+        self.storage_options = storage_options
+        self.description = description or run(
+            describe_async(store, storage_options=storage_options)
+        )
+        self._arrays: dict[str, AsyncArray[Any]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "storage_options": self.storage_options,
+            "description": self.description,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["store"],
+            storage_options=state["storage_options"],
+            description=state["description"],
+        )
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return self.description.shape
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages."""
+        return location_of(self.store)
+
+    async def _array(self, layout: LayoutDescription, name: str) -> AsyncArray[Any]:
+        if self._arrays is None:
+            root = await open_group_async(
+                self.store, mode="r", storage_options=self.storage_options
+            )
+            names = [
+                (f"{entry.path}/{array}", root.getitem(f"{entry.path}/{array}"))
+                for entry in self.description.layouts.values()
+                for array in ARRAY_NAMES
+            ]
+            opened: list[Any] = await asyncio.gather(*(opening for _, opening in names))
+            self._arrays = {path: array for (path, _), array in zip(names, opened, strict=True)}
+        return self._arrays[f"{layout.path}/{name}"]
+
+    async def brackets(
+        self, layout: LayoutDescription, positions: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Wave one: where each position's run starts and stops, checked against ``data``."""
+        indptr = await self._array(layout, "indptr")
+        if positions.size == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        if positions.size == layout.positions and np.array_equal(
+            positions, np.arange(layout.positions)
+        ):
+            edges = np.asarray(await indptr.getitem(slice(None)), dtype=np.int64)
+            lo, hi = edges[:-1], edges[1:]
+        else:
+            wanted = np.unique(np.concatenate([positions, positions + 1]))
+            found = np.asarray(await indptr.get_coordinate_selection(wanted), dtype=np.int64)
+            lo = found[np.searchsorted(wanted, positions)]
+            hi = found[np.searchsorted(wanted, positions + 1)]
+        if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
+            raise LayoutError(
+                f"Layout {layout.path!r} in {self.location}: indptr names runs outside its "
+                f"{layout.nnz} values or running backwards; the layout is corrupt, and reading "
+                "on would return values of other cells. Rewrite it (sporadik-dask validate)."
+            )
+        return lo, hi
+
+    async def runs(
+        self, layout: LayoutDescription, lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """Wave two: the indices and values of every run, concatenated in the order asked."""
+        indices_array = await self._array(layout, "indices")
+        data_array = await self._array(layout, "data")
+        ranges = _coalesce(lo, hi, min(layout.chunks["indices"], layout.chunks["data"]))
+        reads = [
+            array.getitem(slice(a, b)) for a, b in ranges for array in (indices_array, data_array)
+        ]
+        fetched = await asyncio.gather(*reads)
+        if not ranges:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
+        starts = np.array([a for a, _ in ranges], dtype=np.int64)
+        indices = np.concatenate([np.asarray(f) for f in fetched[0::2]])
+        data = np.concatenate([np.asarray(f) for f in fetched[1::2]])
+        counts = hi - lo
+        total = int(counts.sum())
+        # Map each run into the concatenation of the merged ranges it lies in.
+        which = np.searchsorted(starts, lo, side="right") - 1
+        offsets = np.concatenate(([0], np.cumsum([b - a for a, b in ranges])))[:-1]
+        base = np.where(
+            counts > 0, offsets[np.maximum(which, 0)] + lo - starts[np.maximum(which, 0)], 0
+        )
+        take = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        take += np.repeat(base, counts)
+        picked = indices[take].astype(np.int64, copy=False)
+        check_indices(picked, layout.extent, f"Layout {layout.path!r} in {self.location}")
+        return picked, data[take]
+
+    def choose(self, selections: Selection) -> LayoutDescription:
+        """The present layout reading the fewest values for ``selections``, counted from indptr."""
+        return run(self._choose(selections))
+
+    async def _choose(self, selections: Selection) -> LayoutDescription:
+        layouts = self.description.layouts
+        fractions = {
+            axis: len(np.unique(selections[axis])) / max(self.shape[axis], 1) for axis in layouts
+        }
+        candidates = [axis for axis, fraction in fractions.items() if fraction < 1]
+        if len(candidates) <= 1:
+            chosen = candidates[0] if candidates else min(layouts)
+            self._warn_if_scan(selections, chosen)
+            return layouts[chosen]
+        brackets = await asyncio.gather(
+            *(self.brackets(layouts[axis], np.unique(selections[axis])) for axis in candidates)
+        )
+        read = {
+            axis: int((hi - lo).sum()) for axis, (lo, hi) in zip(candidates, brackets, strict=True)
+        }
+        return layouts[min(read, key=lambda axis: (read[axis], axis))]
+
+    def _warn_if_scan(self, selections: Selection, chosen: int) -> None:
+        if len(np.unique(selections[chosen])) < self.shape[chosen]:
+            return
+        narrow = [
+            axis
+            for axis, selected in enumerate(selections)
+            if len(np.unique(selected)) < self.shape[axis] and axis not in self.description.layouts
+        ]
+        if narrow:
+            warnings.warn(
+                f"Selecting along axis {narrow[0]} of {self.location} scans every value of layout "
+                f"'layouts/axis{chosen}', since the store has no layout making axis {narrow[0]} "
+                f"contiguous. sporadik_dask.add_axis(store, {narrow[0]}) writes it once, and then "
+                "such selections read only their runs.",
+                ScanWarning,
+                stacklevel=4,
+            )
+
+    def read(self, key: Any, *, axis: int | None = None) -> Any:
+        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection."""
+        selections, dropped = normalize_key(key, self.shape)
+        layout = self.description.layouts[axis] if axis is not None else self.choose(selections)
+        return run(self._read(layout, selections, dropped))
+
+    async def _read(
+        self, layout: LayoutDescription, selections: Selection, dropped: tuple[int, ...]
+    ) -> Any:
+        """Read the runs of the routed positions, then place each value in the output frame.
+
+        1. Read the runs of the selected positions along the layout's axis (unique, sorted).
+        2. Unravel each run's indices over ``index_order``; keep a value only if every other
+           axis selects its coordinate, and map it to the output position.
+        3. Repeats and caller order along any axis are applied last, by sparse indexing.
+        """
+        import sparse
+
+        axis = layout.indexed_axis
+        unique = [np.unique(selected) for selected in selections]
+        lo, hi = await self.brackets(layout, unique[axis])
+        indices, data = await self.runs(layout, lo, hi)
+        out_shape = tuple(len(u) for u in unique)
+        coords = np.empty((len(self.shape), data.size), dtype=np.int64)
+        coords[axis] = np.repeat(np.arange(len(unique[axis])), hi - lo)
+        keep = np.ones(data.size, dtype=bool)
+        raveled = (
+            np.unravel_index(indices, layout.index_shape)
+            if data.size
+            else [np.zeros(0, dtype=np.int64) for _ in layout.index_order]
+        )
+        for other, column in zip(layout.index_order, raveled, strict=True):
+            chosen = unique[other]
+            if chosen.size == self.shape[other]:
+                coords[other] = column
+                continue
+            spot = np.searchsorted(chosen, column)
+            inside = spot < chosen.size
+            inside[inside] = chosen[spot[inside]] == column[inside]
+            keep &= inside
+            coords[other] = spot
+        coords, data = coords[:, keep], data[keep]
+        result = sparse.COO(coords, data, shape=out_shape, has_duplicates=False, sorted=False)
+        for other, selected in enumerate(selections):
+            if not np.array_equal(selected, unique[other]):
+                index: list[Any] = [slice(None)] * len(self.shape)
+                index[other] = np.searchsorted(unique[other], selected)
+                result = result[tuple(index)]
+        if dropped:
+            result = result[tuple(0 if a in dropped else slice(None) for a in range(result.ndim))]
+        return result
+
+    def counts(self, axis: int) -> npt.NDArray[np.int64]:
+        """Values per position along ``axis``: ``diff(indptr)``, no value read."""
+        layout = self._layout_for(axis)
+        lo, hi = run(self.brackets(layout, np.arange(layout.positions)))
+        return hi - lo
+
+    def maxima(self, axis: int) -> npt.NDArray[Any]:
+        """Largest absolute value per position along ``axis``, as stored at write time."""
+        layout = self._layout_for(axis)
+        if not layout.has_maxima:
+            raise LayoutError(
+                f"Layout {layout.path!r} in {self.location} carries no maxima (an older writer); "
+                "reducing over every value would be needed. Rewrite the layout to add them."
+            )
+        return run(self._maxima(layout))
+
+    async def _maxima(self, layout: LayoutDescription) -> npt.NDArray[Any]:
+        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
+        array = await root.getitem(f"{layout.path}/{MAXIMA}")
+        return np.asarray(await array.getitem(slice(None)))  # type: ignore[arg-type]
+
+    def _layout_for(self, axis: int) -> LayoutDescription:
+        if axis not in self.description.layouts:
+            raise LayoutError(
+                f"{self.location} has no layout making axis {axis} contiguous, so its per-position "
+                f"statistics are not stored. sporadik_dask.add_axis(store, {axis}) writes it."
+            )
+        return self.description.layouts[axis]
+
+    def __repr__(self) -> str:
+        axes = "+".join(f"axis{a}" for a in self.description.indexed_axes)
+        return f"StoreReader({self.location!r}, shape={self.shape}, {axes})"
+
+
+def from_sporadik(
+    store: StoreLike,
+    *,
+    chunks: Any = "auto",
+    axis: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """A dask array of ``sparse.COO`` chunks over the store, each task reading only its runs.
+
+    Parameters
+    ----------
+    store
+        A local path, a URL (with ``storage_options``), or a zarr store object.
+    chunks
+        ``"auto"`` cuts the layout's indexed axis into blocks of about dask's
+        ``array.chunk-size`` worth of values (from ``indptr``), whole along the other axes;
+        anything else is taken as dask's ``chunks=`` and reads no chunk to build the array.
+    axis
+        The layout to read from; default the lowest axis the store makes contiguous.
+    """
+    from dask.array.core import normalize_chunks
+
+    from sporadik_dask.graph import read_graph
+
+    reader = StoreReader(store, storage_options=storage_options)
+    layouts = reader.description.layouts
+    chosen = min(layouts) if axis is None else int(axis)
+    if chosen not in layouts:
+        raise LayoutError(
+            f"{reader.location} has no layout making axis {chosen} contiguous (it has "
+            f"{sorted(layouts)}); reading along it would scan another. Pass one of those, or "
+            f"write it with sporadik_dask.add_axis(store, {chosen})."
+        )
+    layout = layouts[chosen]
+    if isinstance(chunks, str) and chunks == "auto":
+        blocks = _balanced_chunks(reader, layout)
+    else:
+        blocks = normalize_chunks(chunks, reader.shape, dtype=layout.dtype)
+    return read_graph(reader, chosen, blocks, layout.dtype)
+
+
+def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:
+    """Blocks along the indexed axis holding about ``array.chunk-size`` of values each.
+
+    The target is a whole number of zarr chunks of ``data``, so block edges fall within one run
+    of a chunk edge and few chunks are read by two tasks.
+    """
+    import dask
+    from dask.utils import parse_bytes
+
+    from sporadik_dask.plan import partition_bounds
+
+    budget = parse_bytes(dask.config.get("array.chunk-size"))
+    per_value = layout.dtype.itemsize + 8 * len(reader.shape)
+    chunk = layout.chunks["data"]
+    target = max(budget // per_value // chunk, 1) * chunk
+    indptr = np.concatenate(([0], np.cumsum(reader.counts(layout.indexed_axis))))
+    bounds = partition_bounds(indptr, target)
+    along = tuple(np.diff(bounds).tolist()) or (0,)
+    return tuple(
+        along if a == layout.indexed_axis else (size,) for a, size in enumerate(reader.shape)
+    )
