@@ -21,7 +21,7 @@ from sporadik_dask.plan import LayoutPlan
 from sporadik_dask.sources import Source
 from sporadik_dask.spec import MAXIMA
 
-__all__ = ["count_graph", "read_graph", "write_graph"]
+__all__ = ["count_graph", "write_graph"]
 
 Key = Any
 
@@ -131,20 +131,3 @@ def _shuffle(layer: dict[Key, Any], name: str, pieces: Sequence[Key], plan: Layo
             *[(part, b, p) for b in range(len(pieces))],
         )
     return sort
-
-
-def read_graph(reader: Any, axis: int, chunks: tuple[tuple[int, ...], ...], dtype: Any) -> Any:
-    """A dask array of ``sparse.COO`` blocks, one task per block reading through layout ``axis``."""
-    import dask.array as da
-    import numpy as np
-    import sparse
-
-    name = f"sporadik-read-{tokenize(reader.location, reader.description, axis, chunks)}"
-    starts = [np.concatenate(([0], np.cumsum(c))).tolist() for c in chunks]
-    layer: dict[Key, Any] = {}
-    for index in np.ndindex(*(len(c) for c in chunks)):
-        key = tuple(slice(starts[a][i], starts[a][i + 1]) for a, i in enumerate(index))
-        layer[(name, *index)] = (tasks.read_block, reader, key, axis)
-    meta = sparse.COO.from_numpy(np.zeros((0,) * len(chunks), dtype=dtype))
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
-    return da.Array(graph, name, chunks, meta=meta)

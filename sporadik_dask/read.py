@@ -85,11 +85,14 @@ class StoreReader:
         *,
         storage_options: dict[str, Any] | None = None,
         description: StoreDescription | None = None,
+        axis: int | None = None,
     ) -> None:
         if isinstance(store, os.PathLike):
             store = os.fspath(store)
         self.store = store
         self.storage_options = storage_options
+        #: The layout ``[]`` reads through; ``None`` routes each selection to the cheapest.
+        self.axis = axis
         self.description = description or run(
             describe_async(store, storage_options=storage_options)
         )
@@ -100,6 +103,7 @@ class StoreReader:
             "store": self.store,
             "storage_options": self.storage_options,
             "description": self.description,
+            "axis": self.axis,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -107,7 +111,25 @@ class StoreReader:
             state["store"],
             storage_options=state["storage_options"],
             description=state["description"],
+            axis=state["axis"],
         )
+
+    def __dask_tokenize__(self) -> Any:
+        return (type(self).__name__, self.location, repr(self.description), self.axis)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The values' dtype."""
+        return self.description.dtype
+
+    @property
+    def ndim(self) -> int:
+        """The array's rank."""
+        return len(self.shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        """``key`` as a ``sparse.COO``, so dask's own getter can read blocks (and fuse slices)."""
+        return self.read(key, axis=self.axis)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -335,9 +357,9 @@ def from_sporadik(
     axis
         The layout to read from; default the lowest axis the store makes contiguous.
     """
-    from dask.array.core import normalize_chunks
-
-    from sporadik_dask.graph import read_graph
+    import dask.array as da
+    import sparse
+    from dask.base import tokenize
 
     reader = StoreReader(store, storage_options=storage_options)
     layouts = reader.description.layouts
@@ -350,10 +372,11 @@ def from_sporadik(
         )
     layout = layouts[chosen]
     if isinstance(chunks, str) and chunks == "auto":
-        blocks = _balanced_chunks(reader, layout)
-    else:
-        blocks = normalize_chunks(chunks, reader.shape, dtype=layout.dtype)
-    return read_graph(reader, chosen, blocks, layout.dtype)
+        chunks = _balanced_chunks(reader, layout)
+    reader.axis = chosen
+    meta = sparse.COO.from_numpy(np.zeros((0,) * reader.ndim, dtype=reader.dtype))
+    name = f"from-sporadik-{tokenize(reader, chunks)}"
+    return da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:

@@ -29,7 +29,6 @@ __all__ = [
     "merge_pieces",
     "piece_of_block",
     "piece_of_layout",
-    "read_block",
     "sort_partition",
     "split_by_cell",
     "split_piece",
@@ -281,8 +280,3 @@ def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[P
     edges = np.searchsorted(which[order], np.arange(partitions + 1)).tolist()
     coords, data = coords[:, order], data[order]
     return [(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
-
-
-def read_block(reader: Any, key: tuple[slice, ...], axis: int) -> Any:
-    """One block of a read: ``reader.read(key)`` through the layout making ``axis`` contiguous."""
-    return reader.read(key, axis=axis)
