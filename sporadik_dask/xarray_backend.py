@@ -24,7 +24,10 @@ from sporadik_dask.spec import BLOCK_KEY
 from sporadik_dask.storage import StoreLike, run
 from sporadik_dask.write import COORDS_GROUP, LABELS_KEY
 
-__all__ = ["SporadikBackendArray", "SporadikBackendEntrypoint"]
+__all__ = ["SporadikAccessor", "SporadikBackendArray", "SporadikBackendEntrypoint"]
+
+#: Where an opened variable's encoding keeps the reader of the store it came from.
+READER_KEY = "sporadik_reader"
 
 
 class SporadikBackendArray(BackendArray):
@@ -77,6 +80,7 @@ def open_store_dataset(
     data = indexing.LazilyIndexedArray(SporadikBackendArray(reader))
     variable = xr.Variable(dims, data, attrs=labels.get("attrs", {}))
     variable.encoding["preferred_chunks"] = _preferred_chunks(reader, dims)
+    variable.encoding[READER_KEY] = reader
     variables = {} if name in set(drop_variables or ()) else {name: variable}
     return xr.Dataset(variables, coords=coords)
 
@@ -132,3 +136,44 @@ class SporadikBackendEntrypoint(BackendEntrypoint):
             return isinstance(attributes, dict) and BLOCK_KEY in attributes
         except Exception:
             return False
+
+
+@xr.register_dataarray_accessor("sporadik")
+class SporadikAccessor:
+    """Statistics a store holds for free: ``da.sporadik.nnz("gene")``, ``da.sporadik.maxima(...)``.
+
+    Both come from the layout making that dimension contiguous (``diff(indptr)`` and the stored
+    ``maxima``), so no value is read.
+    """
+
+    def __init__(self, array: xr.DataArray) -> None:
+        self._array = array
+
+    def _axis(self, dim: str) -> tuple[StoreReader, int]:
+        reader = self._array.encoding.get(READER_KEY)
+        if not isinstance(reader, StoreReader):
+            raise SporadikError(
+                "This DataArray was not opened from a sporadik store (or lost its encoding), so "
+                "there is no store to read statistics from. Open it with engine='sporadik'."
+            )
+        axis = self._array.get_axis_num(dim)
+        if self._array.shape != reader.shape:
+            raise SporadikError(
+                f"This DataArray has shape {self._array.shape}, not the store's {reader.shape}; "
+                "the stored statistics describe the whole store. Ask before selecting."
+            )
+        return reader, int(axis)
+
+    def nnz(self, dim: str) -> xr.DataArray:
+        """Values stored per position along ``dim``."""
+        reader, axis = self._axis(dim)
+        return self._along(dim, reader.counts(axis), "nnz")
+
+    def maxima(self, dim: str) -> xr.DataArray:
+        """Largest absolute value per position along ``dim``, as stored at write time."""
+        reader, axis = self._axis(dim)
+        return self._along(dim, reader.maxima(axis), "maxima")
+
+    def _along(self, dim: str, values: Any, name: str) -> xr.DataArray:
+        coords = {dim: self._array.coords[dim]} if dim in self._array.coords else {}
+        return xr.DataArray(values, dims=(dim,), coords=coords, name=name)

@@ -1,0 +1,264 @@
+"""Reads: every selection through the reader, xarray (lazy and chunked) and `from_sporadik` gives
+the dense array's values; routing, waves and request counts are measured at the store."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sparse
+import xarray as xr
+import zarr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from zarr.storage import LocalStore
+
+import sporadik_dask as sd
+from sporadik_dask.xarray_backend import SporadikBackendEntrypoint
+from tests.helpers import RecordingStore, random_dense, write_reference
+
+
+def outer(dense: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+    """``key`` applied to ``dense`` one axis at a time (xarray's outer indexing)."""
+    result = dense
+    dropped = []
+    for axis, part in enumerate(key):
+        if isinstance(part, (int, np.integer)):
+            result = np.take(result, [part], axis=axis)
+            dropped.append(axis)
+        elif isinstance(part, slice):
+            result = result[(slice(None),) * axis + (part,)]
+        else:
+            result = np.take(result, np.asarray(part, dtype=int), axis=axis)
+    return result.reshape([s for a, s in enumerate(result.shape) if a not in dropped])
+
+
+def indexer(size: int, backwards: bool = True) -> st.SearchStrategy[Any]:
+    """An int, a slice with a step, or a list with repeats and negatives, along one axis.
+
+    ``backwards=False`` leaves out negative steps, which xarray's own outer-indexing
+    decomposition fails on when the slice is empty (an IndexError inside xarray, any backend).
+    """
+    steps = st.integers(-3, -1) if backwards else st.integers(1, 3)
+    positions = st.integers(-size, size - 1) if size else st.nothing()
+    return st.one_of(
+        positions,
+        st.builds(
+            slice,
+            st.one_of(st.none(), st.integers(-size - 1, size)),
+            st.one_of(st.none(), st.integers(-size - 1, size)),
+            st.one_of(st.none(), st.integers(1, 3), steps),
+        ),
+        st.lists(positions, min_size=0, max_size=5) if size else st.just([]),
+    )
+
+
+@st.composite
+def stores(
+    draw: st.DrawFn, backwards: bool = True
+) -> tuple[np.ndarray, dict[int, tuple[int, ...]], tuple[Any, ...]]:
+    rank = draw(st.integers(2, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
+    axes = draw(st.sets(st.integers(0, rank - 1), min_size=1))
+    orders = {
+        axis: tuple(draw(st.permutations([a for a in range(rank) if a != axis]))) for axis in axes
+    }
+    density = draw(st.floats(0, 1))
+    seed = draw(st.integers(0, 2**16))
+    dense = random_dense(np.random.default_rng(seed), shape, density)
+    key = tuple(draw(indexer(size, backwards)) for size in shape)
+    return dense, orders, key
+
+
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@SETTINGS
+@given(case=stores())
+def test_any_selection_reads_the_dense_values_through_the_reader(
+    tmp_path_factory: pytest.TempPathFactory, case: Any
+) -> None:
+    dense, orders, key = case
+    path = write_reference(tmp_path_factory.mktemp("s") / "s.zarr", dense, orders, chunk=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sd.ScanWarning)
+        result = sd.StoreReader(path).read(key)
+    if all(isinstance(part, int) for part in key):  # one cell: a scalar, as in numpy
+        assert np.ndim(result) == 0
+        result = sparse.COO.from_numpy(np.asarray(result))
+    assert isinstance(result, sparse.COO)
+    np.testing.assert_array_equal(result.todense(), outer(dense, key))
+
+
+@SETTINGS
+@given(case=stores(backwards=False))
+def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
+    tmp_path_factory: pytest.TempPathFactory, case: Any
+) -> None:
+    dense, orders, key = case
+    path = write_reference(tmp_path_factory.mktemp("s") / "s.zarr", dense, orders, chunk=5)
+    dims = [f"dim_{a}" for a in range(dense.ndim)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sd.ScanWarning)
+        warnings.filterwarnings("ignore", "The specified chunks separate", UserWarning)
+        lazy = xr.open_dataset(path, engine="sporadik")["s"]
+        chunked = xr.open_dataset(
+            path, engine="sporadik", chunks={dims[0]: 2}, chunked_array_type="sporadik"
+        )["s"]
+        selection = dict(zip(dims, key, strict=True))
+        expected = outer(dense, key)
+        lazy_data = lazy.isel(selection).data
+        computed = chunked.isel(selection).data.compute()
+        for result in (lazy_data, computed):
+            if expected.ndim:
+                assert isinstance(result, sparse.COO)
+                result = result.todense()
+            np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("rank", [2, 3, 4])
+@pytest.mark.parametrize("chunks", ["auto", 3, (5, 4, 2, 4)])
+def test_from_sporadik_gives_sparse_chunks_with_the_dense_values(
+    tmp_path: Path, rank: int, chunks: Any
+) -> None:
+    shape = (9, 7, 5, 4)[:rank]
+    dense = random_dense(np.random.default_rng(rank), shape, 0.3)
+    orders = {a: tuple(reversed([o for o in range(rank) if o != a])) for a in range(rank)}
+    path = write_reference(tmp_path / "s.zarr", dense, orders, chunk=7)
+    blocks = chunks[:rank] if isinstance(chunks, tuple) else chunks
+    for axis in range(rank):
+        x = sd.from_sporadik(path, chunks=blocks, axis=axis)
+        assert isinstance(x._meta, sparse.COO)
+        np.testing.assert_array_equal(x.compute().todense(), dense)
+        np.testing.assert_array_equal(x.sum(axis=0).compute().todense(), dense.sum(axis=0))
+
+
+def test_auto_chunks_balance_values_along_the_indexed_axis(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(1), (400, 60), 0.2)
+    dense[:5] = 7  # five heavy positions
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,)}, chunk=64)
+    import dask
+
+    with dask.config.set({"array.chunk-size": "10kB"}):
+        x = sd.from_sporadik(path)
+    assert x.chunks[1] == (60,)
+    per_block = [np.count_nonzero(b) for b in np.split(dense, np.cumsum(x.chunks[0])[:-1])]
+    assert len(per_block) > 3 and max(per_block) <= 2 * np.median(per_block) + 64
+    np.testing.assert_array_equal(x.compute().todense(), dense)
+
+
+def _store(tmp_path: Path, orders: dict[int, tuple[int, ...]]) -> tuple[Path, np.ndarray]:
+    dense = random_dense(np.random.default_rng(2), (300, 200), 0.1)
+    return write_reference(tmp_path / "s.zarr", dense, orders, chunk=256), dense
+
+
+def test_opening_with_xarray_reads_metadata_documents_only(tmp_path: Path) -> None:
+    path, _ = _store(tmp_path, {0: (1,), 1: (0,)})
+    store = RecordingStore(LocalStore(path, read_only=True))
+    ds = xr.open_dataset(store, engine="sporadik")
+    assert ds["data"].shape == (300, 200)
+    assert store.reads and all(key.endswith("zarr.json") for key in store.reads), store.reads
+
+
+def test_a_batch_of_positions_costs_two_waves_and_reads_each_chunk_once(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    store = RecordingStore(LocalStore(path, read_only=True))
+    reader = sd.StoreReader(store)
+    store.reads.clear()
+    columns = np.random.default_rng(3).choice(200, 40, replace=False)
+    result = reader.read((slice(None), columns))
+    np.testing.assert_array_equal(result.todense(), dense[:, columns])
+    chunk_reads = [key for key in store.reads if not key.endswith("zarr.json")]
+    assert len(chunk_reads) == len(set(chunk_reads))  # no chunk fetched twice
+    assert all(key.startswith("layouts/axis1/") for key in chunk_reads)  # routed to columns
+    first_run_read = min(i for i, k in enumerate(chunk_reads) if "/indptr/" not in k)
+    assert all("/indptr/" not in k for k in chunk_reads[first_run_read:])  # wave 1, then wave 2
+
+
+def test_a_selection_on_two_axes_reads_through_the_layout_holding_fewer_values(
+    tmp_path: Path,
+) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    store = RecordingStore(LocalStore(path, read_only=True))
+    reader = sd.StoreReader(store)
+    store.reads.clear()
+    rows, cols = np.arange(0, 300, 2), np.array([5, 9])  # half the rows, two columns
+    np.testing.assert_array_equal(reader.read((rows, cols)).todense(), dense[np.ix_(rows, cols)])
+    runs = {k.split("/")[1] for k in store.reads if ("/data/c/" in k or "/indices/c/" in k)}
+    assert runs == {"axis1"}
+
+
+def test_a_selection_no_layout_compresses_is_a_scan_with_a_warning(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,)})
+    with pytest.warns(sd.ScanWarning, match=r"add_axis\(store, 1\)"):
+        result = sd.StoreReader(path).read((slice(None), [4, 8]))
+    np.testing.assert_array_equal(result.todense(), dense[:, [4, 8]])
+
+
+def test_a_corrupt_index_is_refused_where_it_is_read(tmp_path: Path) -> None:
+    path, _ = _store(tmp_path, {0: (1,)})
+    zarr.open_array(path / "layouts" / "axis0" / "indices", mode="r+")[0] = 10_000
+    with pytest.raises(sd.LayoutError, match="outside the raveled extent 200"):
+        sd.StoreReader(path).read((slice(0, 3),))
+
+
+def test_a_reader_pickles_as_a_location_and_reads_inside_an_event_loop(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    reader = sd.StoreReader(path)
+    reader.read((0,))
+    assert reader._arrays is not None
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._arrays is None
+
+    async def in_a_notebook_cell() -> np.ndarray:
+        return copy.read((slice(None), 3)).todense()
+
+    np.testing.assert_array_equal(asyncio.run(in_a_notebook_cell()), dense[:, 3])
+
+
+def test_guess_can_open_says_yes_only_for_a_store_with_a_block(tmp_path: Path) -> None:
+    path, _ = _store(tmp_path, {0: (1,)})
+    plain = zarr.open_group(tmp_path / "plain.zarr", mode="w")
+    plain.create_array("x", shape=(3,), dtype="f4")
+    entry = SporadikBackendEntrypoint()
+    assert entry.guess_can_open(path)
+    assert entry.guess_can_open(str(path))
+    for other in (tmp_path / "plain.zarr", tmp_path / "missing.zarr", 42, None, "s3://b/x"):
+        assert entry.guess_can_open(other) is False
+    assert "sporadik" in xr.backends.list_engines()
+
+
+def test_a_written_dataarray_opens_with_its_labels(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(4), (6, 4), 0.5)
+    array = xr.DataArray(
+        sparse.COO.from_numpy(dense),
+        dims=("cell", "gene"),
+        coords={"gene": ["a", "b", "c", "d"], "cell": np.arange(10, 16)},
+        name="counts",
+        attrs={"units": "reads"},
+    )
+    sd.to_sporadik(array, tmp_path / "anything.zarr")
+    opened = xr.open_dataarray(tmp_path / "anything.zarr", engine="sporadik")
+    assert opened.name == "counts" and opened.dims == ("cell", "gene")
+    assert opened.attrs == {"units": "reads"}
+    assert list(opened["gene"].values) == ["a", "b", "c", "d"]
+    picked = opened.sel(gene=["c", "a"]).data
+    np.testing.assert_array_equal(picked.todense(), dense[:, [2, 0]])
+
+
+def test_per_position_counts_and_maxima_come_without_reading_values(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    opened = xr.open_dataset(path, engine="sporadik")["s"]
+    np.testing.assert_array_equal(opened.sporadik.nnz("dim_1"), np.count_nonzero(dense, axis=0))
+    np.testing.assert_array_equal(opened.sporadik.maxima("dim_0"), np.abs(dense).max(axis=1))
+    with pytest.raises(sd.SporadikError, match="whole store"):
+        opened.isel(dim_0=slice(0, 5)).sporadik.nnz("dim_1")
