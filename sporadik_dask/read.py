@@ -1,7 +1,7 @@
 """Reading selections of a store as ``sparse.COO``, each routed to the layout that answers it.
 
 Any selection costs two read waves: the ``indptr`` brackets of the positions asked for, then every
-run they name, together (ranges that share a zarr chunk merged, so no chunk is fetched twice). The
+run they name, together (widened to whole zarr chunks and merged, so no chunk is fetched twice). The
 layout is the one whose runs hold the fewest values for the selection, which the brackets tell
 before any value is read; a selection no present layout compresses is a scan, with a warning.
 """
@@ -20,6 +20,7 @@ from zarr.core.array import AsyncArray
 
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_async
 from sporadik_dask.errors import LayoutError, ScanWarning
+from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import ARRAY_NAMES, MAXIMA, check_indices
 from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 
@@ -57,23 +58,53 @@ def normalize_key(key: Any, shape: Sequence[int]) -> tuple[Selection, tuple[int,
     return selections, tuple(dropped)
 
 
-def _coalesce(
-    lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], chunk: int
+def _unique(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Sorted distinct positions; O(n) when they already are (numpy 2's ``np.unique`` hashes)."""
+    if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return positions
+    ordered = np.sort(positions)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def _spans(
+    lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], chunk: int, total: int
 ) -> list[tuple[int, int]]:
-    """Sorted element ranges, merged where they touch or share a zarr chunk."""
+    """The runs' element ranges widened to whole zarr chunks, touching ones merged.
+
+    Reading whole chunks costs zarr nothing extra (it decodes whole chunks anyway), and merged
+    spans mean each chunk is fetched once and each span is one call, whatever the run count.
+    """
     keep = hi > lo
-    lo, hi = lo[keep], hi[keep]
-    if lo.size == 0:
+    if not np.any(keep):
         return []
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    reach = np.maximum.accumulate(hi)
-    # A new range starts where the next run begins in a chunk past the one the last run ends in.
-    breaks = np.ones(lo.size, dtype=bool)
-    breaks[1:] = lo[1:] // chunk > (reach[:-1] - 1) // chunk
+    first = np.sort(lo[keep] // chunk)
+    last = np.sort((hi[keep] - 1) // chunk)
+    # A span ends where the next run's first chunk lies past every chunk covered so far + 1.
+    reach = np.maximum.accumulate(last)
+    breaks = np.ones(first.size, dtype=bool)
+    breaks[1:] = first[1:] > reach[:-1] + 1
     heads = np.flatnonzero(breaks)
-    stops = np.maximum.reduceat(hi, heads)
-    return list(zip(lo[heads].tolist(), stops.tolist(), strict=True))
+    ends = np.maximum.reduceat(last, heads)
+    return [
+        (int(a) * chunk, min((int(b) + 1) * chunk, total))
+        for a, b in zip(first[heads], ends, strict=True)
+    ]
+
+
+def _c_order(
+    coords: npt.NDArray[np.int64], data: npt.NDArray[Any], shape: tuple[int, ...]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Values in C order, as ``sparse.COO`` keeps them, by stable counting sorts from the last
+    axis to the first (each a no-op where already in order): O(n) rather than sparse's argsort."""
+    if data.size < 2:
+        return coords, data
+    linear = np.ravel_multi_index(tuple(coords), shape)
+    if bool(np.all(linear[1:] > linear[:-1])):
+        return coords, data
+    for axis in reversed(range(len(shape))):
+        counts = np.bincount(coords[axis], minlength=shape[axis])
+        coords, data = sort_by_key(coords[axis], counts, coords, data)
+    return coords, data
 
 
 class StoreReader:
@@ -169,7 +200,7 @@ class StoreReader:
             edges = np.asarray(await indptr.getitem(slice(None)), dtype=np.int64)
             lo, hi = edges[:-1], edges[1:]
         else:
-            wanted = np.unique(np.concatenate([positions, positions + 1]))
+            wanted = _unique(np.concatenate([positions, positions + 1]))
             found = np.asarray(await indptr.get_coordinate_selection(wanted), dtype=np.int64)
             lo = found[np.searchsorted(wanted, positions)]
             hi = found[np.searchsorted(wanted, positions + 1)]
@@ -187,24 +218,23 @@ class StoreReader:
         """Wave two: the indices and values of every run, concatenated in the order asked."""
         indices_array = await self._array(layout, "indices")
         data_array = await self._array(layout, "data")
-        ranges = _coalesce(lo, hi, min(layout.chunks["indices"], layout.chunks["data"]))
+        chunk = max(layout.chunks["indices"], layout.chunks["data"])
+        ranges = _spans(lo, hi, chunk, layout.nnz)
+        if not ranges:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
         reads = [
             array.getitem(slice(a, b)) for a, b in ranges for array in (indices_array, data_array)
         ]
         fetched = await asyncio.gather(*reads)
-        if not ranges:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
-        starts = np.array([a for a, _ in ranges], dtype=np.int64)
         indices = np.concatenate([np.asarray(f) for f in fetched[0::2]])
         data = np.concatenate([np.asarray(f) for f in fetched[1::2]])
+        starts = np.array([a for a, _ in ranges], dtype=np.int64)
         counts = hi - lo
         total = int(counts.sum())
         # Map each run into the concatenation of the merged ranges it lies in.
-        which = np.searchsorted(starts, lo, side="right") - 1
+        which = np.maximum(np.searchsorted(starts, lo, side="right") - 1, 0)
         offsets = np.concatenate(([0], np.cumsum([b - a for a, b in ranges])))[:-1]
-        base = np.where(
-            counts > 0, offsets[np.maximum(which, 0)] + lo - starts[np.maximum(which, 0)], 0
-        )
+        base = offsets[which] + lo - starts[which]
         take = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         take += np.repeat(base, counts)
         picked = indices[take].astype(np.int64, copy=False)
@@ -218,7 +248,7 @@ class StoreReader:
     async def _choose(self, selections: Selection) -> LayoutDescription:
         layouts = self.description.layouts
         fractions = {
-            axis: len(np.unique(selections[axis])) / max(self.shape[axis], 1) for axis in layouts
+            axis: len(_unique(selections[axis])) / max(self.shape[axis], 1) for axis in layouts
         }
         candidates = [axis for axis, fraction in fractions.items() if fraction < 1]
         if len(candidates) <= 1:
@@ -226,7 +256,7 @@ class StoreReader:
             self._warn_if_scan(selections, chosen)
             return layouts[chosen]
         brackets = await asyncio.gather(
-            *(self.brackets(layouts[axis], np.unique(selections[axis])) for axis in candidates)
+            *(self.brackets(layouts[axis], _unique(selections[axis])) for axis in candidates)
         )
         read = {
             axis: int((hi - lo).sum()) for axis, (lo, hi) in zip(candidates, brackets, strict=True)
@@ -234,12 +264,12 @@ class StoreReader:
         return layouts[min(read, key=lambda axis: (read[axis], axis))]
 
     def _warn_if_scan(self, selections: Selection, chosen: int) -> None:
-        if len(np.unique(selections[chosen])) < self.shape[chosen]:
+        if len(_unique(selections[chosen])) < self.shape[chosen]:
             return
         narrow = [
             axis
             for axis, selected in enumerate(selections)
-            if len(np.unique(selected)) < self.shape[axis] and axis not in self.description.layouts
+            if len(_unique(selected)) < self.shape[axis] and axis not in self.description.layouts
         ]
         if narrow:
             warnings.warn(
@@ -270,7 +300,7 @@ class StoreReader:
         import sparse
 
         axis = layout.indexed_axis
-        unique = [np.unique(selected) for selected in selections]
+        unique = [_unique(selected) for selected in selections]
         lo, hi = await self.brackets(layout, unique[axis])
         indices, data = await self.runs(layout, lo, hi)
         out_shape = tuple(len(u) for u in unique)
@@ -292,8 +322,8 @@ class StoreReader:
             inside[inside] = chosen[spot[inside]] == column[inside]
             keep &= inside
             coords[other] = spot
-        coords, data = coords[:, keep], data[keep]
-        result = sparse.COO(coords, data, shape=out_shape, has_duplicates=False, sorted=False)
+        coords, data = _c_order(coords[:, keep], data[keep], out_shape)
+        result = sparse.COO(coords, data, shape=out_shape, has_duplicates=False, sorted=True)
         for other, selected in enumerate(selections):
             if not np.array_equal(selected, unique[other]):
                 index: list[Any] = [slice(None)] * len(self.shape)

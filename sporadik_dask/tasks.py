@@ -1,8 +1,8 @@
 """The task functions of a write: pure, picklable, idempotent functions over arrays.
 
 A *piece* is ``(coords, data)``: global coordinates of shape ``(rank, n)`` and their values, for a
-set of cells no other piece holds, in C order. A *part* is ``(positions, indices, data)``: one
-piece's values bound for one partition of one layout.
+set of cells no other piece holds, in C order. A *part* is ``(pairs, data)``: one piece's values
+bound for one partition of one layout, ``pairs`` holding each value's position and raveled index.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import zarr
 
 from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError
+from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import check_indices
 
 __all__ = [
@@ -38,39 +38,8 @@ __all__ = [
 ]
 
 Piece = tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
-Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]
+Part = tuple[npt.NDArray[Any], npt.NDArray[Any]]
 Sorted = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter(keys: Any, counts: Any, positions: Any, indices: Any, data: Any) -> Any:
-    """Stable counting sort of three parallel arrays by ``keys`` in ``[0, len(counts))``: O(n)."""
-    offsets = np.empty(len(counts), dtype=np.int64)
-    running = 0
-    for key in range(len(counts)):
-        offsets[key] = running
-        running += counts[key]
-    out_positions = np.empty_like(positions)
-    out_indices = np.empty_like(indices)
-    out_data = np.empty_like(data)
-    for i in range(len(keys)):
-        j = offsets[keys[i]]
-        out_positions[j] = positions[i]
-        out_indices[j] = indices[i]
-        out_data[j] = data[i]
-        offsets[keys[i]] = j + 1
-    return out_positions, out_indices, out_data
-
-
-def _by_key(keys: Any, counts: Any, positions: Any, indices: Any, data: Any) -> Part:
-    """The three arrays stably sorted by ``keys``, without moving them if already in order."""
-    if keys.size < 2 or bool(np.all(keys[1:] >= keys[:-1])):
-        return positions, indices, data
-    try:
-        return _scatter(keys, counts, positions, indices, data)
-    except numba.core.errors.TypingError:  # a dtype numba cannot hold, such as float16
-        order = np.argsort(keys, kind="stable")
-        return positions[order], indices[order], data[order]
 
 
 def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
@@ -165,14 +134,15 @@ def split_piece(
     moves half the bytes of int64 when the layout is int32.
     """
     coords, data = piece
-    width = np.dtype(index_dtype)
-    positions = coords[axis].astype(width)
-    indices = _ravel(coords, index_order, index_shape).astype(width, copy=False)
-    which = np.searchsorted(bounds, positions, side="right") - 1
+    width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
+    pairs = np.empty((2, data.shape[0]), dtype=np.result_type(index_dtype, width))
+    pairs[0] = coords[axis]
+    pairs[1] = _ravel(coords, index_order, index_shape)
+    which = np.searchsorted(bounds, pairs[0], side="right") - 1
     counts = np.bincount(which, minlength=len(bounds) - 1)
-    positions, indices, data = _by_key(which, counts, positions, indices, data)
+    pairs, data = sort_by_key(which, counts, pairs, data)
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
-    return [(positions[lo:hi], indices[lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
+    return [(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
 
 
 def _ravel(
@@ -201,11 +171,12 @@ def sort_partition(
     3. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
     4. Take each position's largest absolute value.
     """
-    positions = np.concatenate([p[0] for p in parts]) - start
-    indices = np.concatenate([p[1] for p in parts])
-    data = np.concatenate([p[2] for p in parts])
-    counts = np.bincount(positions, minlength=stop - start)
-    positions, indices, data = _by_key(positions, counts, positions, indices, data)
+    pairs = np.concatenate([p[0] for p in parts], axis=1)
+    data = np.concatenate([p[1] for p in parts])
+    pairs[0] -= start
+    counts = np.bincount(pairs[0], minlength=stop - start)
+    pairs, data = sort_by_key(pairs[0], counts, pairs, data)
+    positions, indices = pairs
     same_run = positions[1:] == positions[:-1]
     if np.any(same_run & (indices[1:] < indices[:-1])):
         if (stop - start) * extent < 2**62:

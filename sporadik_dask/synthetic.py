@@ -1,6 +1,7 @@
-"""The benchmark input: a seeded, single-cell-like count matrix, a dask array of sparse.COO chunks.
+"""Seeded synthetic single-cell-like counts, as a lazy dask array of sparse.COO chunks.
 
-300,000 cells x 20,000 genes at ~1.5 % density by default (~90 M nonzeros), float32 counts >= 1,
+The input of the demo and of the benchmarks: 300,000 cells x 20,000 genes at ~1.5 % density by
+default (~90 M nonzeros), float32 counts >= 1,
 gene popularity skewed like real genes (a few in nearly every cell, most rare). Each block of rows
 is generated from its own seed inside its task, so the input is lazy and costs no client memory.
 """
@@ -8,12 +9,16 @@ is generated from its own seed inside its task, so the input is lazy and costs n
 from __future__ import annotations
 
 import functools
+from typing import Any
 
+import dask
 import dask.array as da
 import numpy as np
 import sparse
 
-#: Rows per dask chunk, as the write issue specifies.
+__all__ = ["ROWS_PER_CHUNK", "block", "counts_matrix", "gene_weights"]
+
+#: Cells per dask chunk: one block of rows per task.
 ROWS_PER_CHUNK = 10_000
 
 
@@ -52,14 +57,18 @@ def block(index: int, rows: int, genes: int, density: float, seed: int) -> spars
 
 
 def counts_matrix(
-    cells: int = 300_000, genes: int = 20_000, density: float = 0.015, seed: int = 0
+    cells: int = 300_000,
+    genes: int = 20_000,
+    density: float = 0.015,
+    seed: int = 0,
+    rows_per_chunk: int = ROWS_PER_CHUNK,
 ) -> da.Array:
-    """The lazy input: one task per block of :data:`ROWS_PER_CHUNK` rows."""
-    starts = range(0, cells, ROWS_PER_CHUNK)
+    """The lazy input: one task per block of ``rows_per_chunk`` cells."""
+    starts = range(0, cells, rows_per_chunk)
     blocks = [
         da.from_delayed(
-            _delayed_block(i, min(ROWS_PER_CHUNK, cells - start), genes, density, seed),
-            shape=(min(ROWS_PER_CHUNK, cells - start), genes),
+            _delayed_block(i, min(rows_per_chunk, cells - start), genes, density, seed),
+            shape=(min(rows_per_chunk, cells - start), genes),
             dtype=np.float32,
             meta=sparse.COO.from_numpy(np.zeros((0, 0), dtype=np.float32)),
         )
@@ -68,7 +77,5 @@ def counts_matrix(
     return da.concatenate(blocks, axis=0)
 
 
-def _delayed_block(index: int, rows: int, genes: int, density: float, seed: int) -> object:
-    import dask
-
+def _delayed_block(index: int, rows: int, genes: int, density: float, seed: int) -> Any:
     return dask.delayed(block, pure=True)(index, rows, genes, density, seed)

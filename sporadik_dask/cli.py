@@ -1,0 +1,281 @@
+"""The ``sporadik-dask`` command: demo, info, validate, convert.
+
+A user's mistake is one clear line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from sporadik_dask.describe import StoreDescription, describe
+from sporadik_dask.errors import SporadikError
+
+__all__ = ["main"]
+
+
+@contextlib.contextmanager
+def _running(scheduler: str | None, quiet: bool) -> Iterator[None]:
+    """Where the work runs (a dask.distributed address, or threads here) and a progress bar."""
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            from distributed import Client
+
+            stack.enter_context(Client(scheduler))
+        elif not quiet and sys.stderr.isatty():
+            from dask.diagnostics import ProgressBar
+
+            stack.enter_context(ProgressBar(out=sys.stderr))
+        yield
+
+
+def _say(quiet: bool, message: str) -> None:
+    if not quiet:
+        print(message, flush=True)
+
+
+def _summary(description: StoreDescription) -> dict[str, Any]:
+    return {
+        "location": description.location,
+        "spec": description.spec,
+        "shape": list(description.shape),
+        "dtype": str(description.dtype),
+        "nnz": description.nnz,
+        "layouts": [
+            {
+                "path": layout.path,
+                "indexed_axis": layout.indexed_axis,
+                "index_order": list(layout.index_order),
+                "encoding": layout.encoding,
+                "index_dtypes": {k: str(v) for k, v in layout.index_dtypes.items()},
+                "chunks": dict(layout.chunks),
+                "byte_addressable": layout.byte_addressable,
+                "has_maxima": layout.has_maxima,
+            }
+            for layout in description.layouts.values()
+        ],
+    }
+
+
+def _info(args: argparse.Namespace) -> None:
+    description = describe(args.store)
+    summary = _summary(description)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    shape = " x ".join(str(s) for s in description.shape)
+    print(f"{description.location}: sporadik spec {description.spec}, complete")
+    print(f"  array   {shape}, {description.dtype}, {description.nnz:,} values")
+    for layout in summary["layouts"]:
+        extras = ["byte addressable" if layout["byte_addressable"] else "chunked"]
+        extras.append("maxima" if layout["has_maxima"] else "no maxima")
+        print(
+            f"  {layout['path']:<14} axis {layout['indexed_axis']} contiguous, "
+            f"index_order {layout['index_order']}, {layout['encoding']}, "
+            f"chunks {layout['chunks']}, {', '.join(extras)}"
+        )
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from sporadik_dask.validate import validate
+
+    description = validate(args.store)
+    _say(
+        args.quiet,
+        f"{description.location}: valid ({len(description.layouts)} layouts, "
+        f"{description.nnz:,} values, every check passed)",
+    )
+
+
+def _open_input(path: str) -> Any:
+    """The array to write from ``path``, read lazily where its format allows."""
+    source = Path(path)
+    if source.suffix == ".npz":
+        import scipy.sparse
+
+        return scipy.sparse.load_npz(source)
+    if source.suffix == ".h5ad" or (source / ".zattrs").exists() or _is_anndata_zarr(source):
+        return _anndata_matrix(source)
+    raise SporadikError(
+        f"Cannot tell what {path!r} holds: convert reads an AnnData .h5ad file or .zarr store, "
+        "a scipy .npz file, or an existing sporadik store."
+    )
+
+
+def _is_anndata_zarr(source: Path) -> bool:
+    try:
+        attributes = json.loads((source / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError):
+        return False
+    return attributes.get("encoding-type") == "anndata"
+
+
+def _anndata_matrix(source: Path) -> Any:
+    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates."""
+    try:
+        import anndata
+        from anndata.experimental import read_elem_lazy
+    except ImportError as missing:
+        raise SporadikError(
+            "Reading AnnData needs the anndata package: pip install 'sporadik-dask[anndata]'."
+        ) from missing
+    import dask.array as da
+    import numpy as np
+    import sparse
+    import xarray as xr
+
+    if source.suffix == ".h5ad":
+        import h5py
+
+        group: Any = h5py.File(source, "r")
+    else:
+        import zarr
+
+        group = zarr.open_group(source, mode="r")
+    x = read_elem_lazy(group["X"])
+    obs = anndata.io.read_elem(group["obs"]).index.to_numpy().astype(str)
+    var = anndata.io.read_elem(group["var"]).index.to_numpy().astype(str)
+    if not isinstance(x._meta, np.ndarray):
+        meta = sparse.COO.from_numpy(np.zeros((0, 0), dtype=x.dtype))
+        x = x.map_blocks(sparse.COO.from_scipy_sparse, dtype=x.dtype, meta=meta)
+    data = da.Array(x.dask, x.name, x.chunks, meta=x._meta)
+    return xr.DataArray(data, dims=("obs", "var"), coords={"obs": obs, "var": var}, name="X")
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.write import add_axis, to_sporadik
+
+    started = time.perf_counter()
+    axes = tuple(args.axes) if args.axes else None
+    with _running(args.scheduler, args.quiet):
+        if _is_sporadik(args.input):
+            if args.output != args.input:
+                raise SporadikError(
+                    "To add layouts to an existing store, give it as both INPUT and OUTPUT; "
+                    "copying a store is a job for the object store's own tools."
+                )
+            present = describe(args.input)
+            for axis in axes or range(present.rank):
+                description = add_axis(
+                    args.input, axis, chunk=args.chunk, byte_addressable=args.byte_addressable
+                )
+        else:
+            description = to_sporadik(
+                _open_input(args.input),
+                args.output,
+                axes=axes,
+                chunk=args.chunk,
+                byte_addressable=args.byte_addressable,
+                overwrite=args.overwrite,
+            )
+    assert isinstance(description, StoreDescription)
+    _say(
+        args.quiet,
+        f"wrote {description.location}: {description.nnz:,} values, layouts "
+        f"{list(description.indexed_axes)}, in {time.perf_counter() - started:.1f} s",
+    )
+
+
+def _is_sporadik(path: str) -> bool:
+    try:
+        attributes = json.loads((Path(path) / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError):
+        return False
+    return "sporadik" in attributes
+
+
+def _demo(args: argparse.Namespace) -> None:
+    """Build a store from a generated dask array, open it lazily with xarray, slice each axis."""
+    import numpy as np
+    import xarray as xr
+
+    from sporadik_dask.synthetic import counts_matrix
+    from sporadik_dask.write import to_sporadik
+
+    x = counts_matrix(cells=args.cells, genes=args.genes, rows_per_chunk=max(args.cells // 8, 1))
+    print(f"input: a dask array {x.shape} of sparse.COO chunks, {x.numblocks[0]} blocks")
+    array = xr.DataArray(x, dims=("cell", "gene"), name="counts", attrs={"units": "reads"})
+    started = time.perf_counter()
+    with _running(args.scheduler, args.quiet):
+        description = to_sporadik(array, args.output, overwrite=True)
+    assert isinstance(description, StoreDescription)
+    print(
+        f"wrote {args.output}: {description.nnz:,} values, a layout per axis, "
+        f"in {time.perf_counter() - started:.2f} s"
+    )
+
+    started = time.perf_counter()
+    ds = xr.open_dataset(args.output, engine="sporadik")
+    counts = ds[next(iter(ds.data_vars))]
+    print(f"opened lazily in {1000 * (time.perf_counter() - started):.1f} ms: {counts.dims}")
+    rng = np.random.default_rng(0)
+    for dim, size in counts.sizes.items():
+        picked = np.sort(rng.choice(size, size=min(5, size), replace=False))
+        started = time.perf_counter()
+        selection = counts.isel({dim: picked}).data
+        print(
+            f"  {len(picked)} positions along {dim}: {type(selection).__name__} "
+            f"{selection.shape}, {selection.nnz:,} values, "
+            f"{1000 * (time.perf_counter() - started):.1f} ms"
+        )
+    detected = counts.sporadik.nnz("gene")
+    top = int(detected.argmax("gene"))
+    print(f"  most detected gene: position {top}, in {int(detected[top]):,} cells (from indptr)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sporadik-dask", description="Write, inspect and check sporadik sparse stores."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="build a store with dask, open it with xarray")
+    demo.add_argument("--output", default="demo.zarr", help="where to write (default demo.zarr)")
+    demo.add_argument("--cells", type=int, default=40_000)
+    demo.add_argument("--genes", type=int, default=5_000)
+    demo.set_defaults(run=_demo)
+
+    info = commands.add_parser("info", help="what a store says about itself")
+    info.add_argument("store")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(run=_info)
+
+    check = commands.add_parser("validate", help="every check, including those reading data")
+    check.add_argument("store")
+    check.set_defaults(run=_validate)
+
+    convert = commands.add_parser("convert", help="write a store from AnnData, .npz or a store")
+    convert.add_argument("input")
+    convert.add_argument("output")
+    convert.add_argument("--axes", type=int, nargs="+", help="layouts to write (default all)")
+    convert.add_argument("--chunk", type=int, help="elements per zarr chunk")
+    convert.add_argument("--byte-addressable", action="store_true")
+    convert.add_argument("--overwrite", action="store_true")
+    convert.set_defaults(run=_convert)
+
+    for command in (demo, convert):
+        command.add_argument("--scheduler", help="a dask.distributed scheduler address")
+    for command in (demo, check, convert):
+        command.add_argument("--quiet", action="store_true", help="no progress output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (SporadikError, FileNotFoundError) as error:
+        print(f"sporadik-dask: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
