@@ -1,0 +1,29 @@
+"""Every notebook runs top to bottom on a real kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
+def test_the_notebook_runs_and_is_kept_without_outputs(
+    notebook: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    document = nbformat.read(notebook, as_version=4)
+    assert all(not cell.get("outputs") for cell in document.cells if cell.cell_type == "code")
+    monkeypatch.setenv("QUICKSTART_CELLS", "4000")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    NotebookClient(document, timeout=300, kernel_name="python3").execute()
+    errors = [
+        output
+        for cell in document.cells
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "error"
+    ]
+    assert not errors
