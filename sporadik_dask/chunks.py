@@ -1,4 +1,4 @@
-"""Writing whole zarr chunks of the 1-D arrays this package creates, encoded here.
+"""Writing and reading whole zarr chunks of 1-D arrays, encoded and decoded here.
 
 zarr's own ``array[a:b] = values`` spends about 1 ms of Python per chunk holding the GIL, so two
 threads write no faster than one (measured: 18 M int32 in 32,768-element chunks, 0.55 s alone and
@@ -6,6 +6,10 @@ no gain from a second thread), while encoding the same chunks with the same code
 The arrays here carry only the codecs this package chose (``bytes``, then optionally ``zstd``), so
 their chunks are encoded with those codecs' own numcodecs implementation and stored in one batch;
 any other codec chain falls back to zarr. Tests compare the objects byte for byte with zarr's.
+
+Reads go the same way: only the fetches run on zarr's I/O loop, all of them in one batch; decoding
+happens in the calling thread, so dask's threads decode in parallel rather than queueing behind
+one event loop (zarr decodes a chunk per executor hop, ~1 ms each, measured on 18 M values).
 """
 
 from __future__ import annotations
@@ -23,21 +27,28 @@ from zarr.core.buffer import default_buffer_prototype
 
 from sporadik_dask.storage import run
 
-__all__ = ["write_chunks"]
+__all__ = ["read_chunks", "write_chunks"]
 
 Encoder = Callable[[npt.NDArray[Any]], bytes]
 
 
-def _encoder(array: zarr.Array[Any]) -> Encoder | None:
-    """How to encode one whole chunk of ``array``, if its codecs are ones this knows exactly."""
+def _compressors(array: zarr.Array[Any]) -> list[Any] | None:
+    """The numcodecs compressors after a little-endian ``bytes`` codec, if that is the chain."""
     codecs = list(array.metadata.codecs)  # type: ignore[union-attr]
     serializer = codecs.pop(0)
     if not isinstance(serializer, BytesCodec) or serializer.endian not in (None, Endian.little):
         return None
     if not all(isinstance(codec, ZstdCodec) for codec in codecs):
         return None
+    return [codec._zstd_codec for codec in codecs]
+
+
+def _encoder(array: zarr.Array[Any]) -> Encoder | None:
+    """How to encode one whole chunk of ``array``, if its codecs are ones this knows exactly."""
+    compressors = _compressors(array)
+    if compressors is None:
+        return None
     little = np.dtype(array.dtype).newbyteorder("<")
-    compressors = [codec._zstd_codec for codec in codecs]
 
     def encode(values: npt.NDArray[Any]) -> bytes:
         encoded: Any = values.astype(little, copy=False).tobytes()
@@ -77,5 +88,48 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
         run(_gather(writes))
 
 
-async def _gather(writes: list[Any]) -> None:
-    await asyncio.gather(*writes)
+async def _gather(awaitables: list[Any]) -> list[Any]:
+    return list(await asyncio.gather(*awaitables))
+
+
+def read_chunks(
+    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
+) -> list[list[npt.NDArray[Any]]]:
+    """Whole chunks of several 1-D arrays, fetched in one batch: for each ``(array, chunk ids)``,
+    the decoded chunks in the order asked (a missing chunk is the fill value, 0)."""
+    fetches: list[Any] = []
+    plans = []
+    for array, ids in requests:
+        compressors = _compressors(array)
+        plans.append(compressors)
+        if compressors is None:  # zarr reads and decodes these itself
+            chunk = int(array.chunks[0])
+            fetches += [
+                array._async_array.getitem(slice(int(i) * chunk, (int(i) + 1) * chunk)) for i in ids
+            ]
+        else:
+            prototype = default_buffer_prototype()
+            fetches += [
+                (array.store_path / array.metadata.encode_chunk_key((int(i),))).get(prototype)
+                for i in ids
+            ]
+    fetched = run(_gather(fetches)) if fetches else []
+    results, at = [], 0
+    for (array, ids), compressors in zip(requests, plans, strict=True):
+        raw = fetched[at : at + len(ids)]
+        at += len(ids)
+        results.append([_decoded(array, item, compressors) for item in raw])
+    return results
+
+
+def _decoded(array: zarr.Array[Any], item: Any, compressors: list[Any] | None) -> Any:
+    if compressors is None:
+        return np.asarray(item)
+    chunk = int(array.chunks[0])
+    dtype = np.dtype(array.dtype).newbyteorder("<")
+    if item is None:
+        return np.zeros(chunk, dtype=array.dtype)
+    decoded: Any = item.to_bytes()
+    for compressor in reversed(compressors):
+        decoded = compressor.decode(decoded)
+    return np.frombuffer(decoded, dtype=dtype)

@@ -1,7 +1,7 @@
 """Reading selections of a store as ``sparse.COO``, each routed to the layout that answers it.
 
 Any selection costs two read waves: the ``indptr`` brackets of the positions asked for, then every
-run they name, together (widened to whole zarr chunks and merged, so no chunk is fetched twice). The
+run they name, together (every zarr chunk they touch fetched once, in one batch). The
 layout is the one whose runs hold the fewest values for the selection, which the brackets tell
 before any value is read; a selection no present layout compresses is a scan, with a warning.
 """
@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from zarr.core.array import AsyncArray
+import zarr
 
+from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_async
 from sporadik_dask.errors import LayoutError, ScanWarning
 from sporadik_dask.kernels import sort_by_key
@@ -66,29 +67,31 @@ def _unique(positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
-def _spans(
-    lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], chunk: int, total: int
-) -> list[tuple[int, int]]:
-    """The runs' element ranges widened to whole zarr chunks, touching ones merged.
+def _chunks_touched(
+    first: npt.NDArray[np.int64], last: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Every chunk id in any ``[first[i], last[i]]``, sorted and once each."""
+    if first.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    spans = last - first + 1
+    ids = np.repeat(first, spans) + (
+        np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+    )
+    return _unique(ids)
 
-    Reading whole chunks costs zarr nothing extra (it decodes whole chunks anyway), and merged
-    spans mean each chunk is fetched once and each span is one call, whatever the run count.
+
+def _elements(
+    decoded: list[npt.NDArray[Any]],
+    ids: npt.NDArray[np.int64],
+    chunk: int,
+    where: npt.NDArray[np.int64],
+) -> npt.NDArray[Any]:
+    """Elements ``where`` of an array, from its decoded whole chunks ``ids`` (sorted).
+
+    Element ``e`` sits at (the rank of chunk ``e // chunk`` among ``ids``) * chunk + e % chunk.
     """
-    keep = hi > lo
-    if not np.any(keep):
-        return []
-    first = np.sort(lo[keep] // chunk)
-    last = np.sort((hi[keep] - 1) // chunk)
-    # A span ends where the next run's first chunk lies past every chunk covered so far + 1.
-    reach = np.maximum.accumulate(last)
-    breaks = np.ones(first.size, dtype=bool)
-    breaks[1:] = first[1:] > reach[:-1] + 1
-    heads = np.flatnonzero(breaks)
-    ends = np.maximum.reduceat(last, heads)
-    return [
-        (int(a) * chunk, min((int(b) + 1) * chunk, total))
-        for a, b in zip(first[heads], ends, strict=True)
-    ]
+    table = np.concatenate(decoded) if decoded else np.zeros(0, dtype=np.int64)
+    return table[np.searchsorted(ids, where // chunk) * chunk + where % chunk]
 
 
 def _c_order(
@@ -127,7 +130,7 @@ class StoreReader:
         self.description = description or run(
             describe_async(store, storage_options=storage_options)
         )
-        self._arrays: dict[str, AsyncArray[Any]] | None = None
+        self._opened: dict[str, zarr.Array[Any]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -172,104 +175,105 @@ class StoreReader:
         """Where the store is, for messages."""
         return location_of(self.store)
 
-    async def _array(self, layout: LayoutDescription, name: str) -> AsyncArray[Any]:
-        if self._arrays is None:
-            root = await open_group_async(
-                self.store, mode="r", storage_options=self.storage_options
-            )
-            names = [
-                (f"{entry.path}/{array}", root.getitem(f"{entry.path}/{array}"))
-                for entry in self.description.layouts.values()
-                for array in ARRAY_NAMES
-            ]
-            opened: list[Any] = await asyncio.gather(*(opening for _, opening in names))
-            self._arrays = {path: array for (path, _), array in zip(names, opened, strict=True)}
-        return self._arrays[f"{layout.path}/{name}"]
+    def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
+        """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
+        if self._opened is None:
+            self._opened = run(self._open())
+        return {name: self._opened[f"{layout.path}/{name}"] for name in (*ARRAY_NAMES, MAXIMA)}
 
-    async def brackets(
-        self, layout: LayoutDescription, positions: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Wave one: where each position's run starts and stops, checked against ``data``."""
-        indptr = await self._array(layout, "indptr")
-        if positions.size == 0:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
-        if positions.size == layout.positions and np.array_equal(
-            positions, np.arange(layout.positions)
-        ):
-            edges = np.asarray(await indptr.getitem(slice(None)), dtype=np.int64)
-            lo, hi = edges[:-1], edges[1:]
-        else:
-            wanted = _unique(np.concatenate([positions, positions + 1]))
-            found = np.asarray(await indptr.get_coordinate_selection(wanted), dtype=np.int64)
-            lo = found[np.searchsorted(wanted, positions)]
-            hi = found[np.searchsorted(wanted, positions + 1)]
-        if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
-            raise LayoutError(
-                f"Layout {layout.path!r} in {self.location}: indptr names runs outside its "
-                f"{layout.nnz} values or running backwards; the layout is corrupt, and reading "
-                "on would return values of other cells. Rewrite it (sporadik-dask validate)."
-            )
-        return lo, hi
-
-    async def runs(
-        self, layout: LayoutDescription, lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """Wave two: the indices and values of every run, concatenated in the order asked."""
-        indices_array = await self._array(layout, "indices")
-        data_array = await self._array(layout, "data")
-        chunk = max(layout.chunks["indices"], layout.chunks["data"])
-        ranges = _spans(lo, hi, chunk, layout.nnz)
-        if not ranges:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
-        reads = [
-            array.getitem(slice(a, b)) for a, b in ranges for array in (indices_array, data_array)
+    async def _open(self) -> dict[str, zarr.Array[Any]]:
+        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
+        paths = [
+            f"{layout.path}/{name}"
+            for layout in self.description.layouts.values()
+            for name in (*ARRAY_NAMES, MAXIMA)
+            if name != MAXIMA or layout.has_maxima
         ]
-        fetched = await asyncio.gather(*reads)
-        indices = np.concatenate([np.asarray(f) for f in fetched[0::2]])
-        data = np.concatenate([np.asarray(f) for f in fetched[1::2]])
-        starts = np.array([a for a, _ in ranges], dtype=np.int64)
+        opened = await asyncio.gather(*(root.getitem(path) for path in paths))
+        return {path: zarr.Array(array) for path, array in zip(paths, opened, strict=True)}  # type: ignore[arg-type]
+
+    def brackets(
+        self, requests: list[tuple[LayoutDescription, npt.NDArray[np.int64]]]
+    ) -> list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """Wave one: where each position's run starts and stops, for one or more layouts at once.
+
+        Only the ``indptr`` chunks holding the positions are read, in one batch.
+        """
+        fetches = []
+        for layout, positions in requests:
+            chunk = layout.chunks["indptr"]
+            ids = _unique(np.concatenate([positions // chunk, (positions + 1) // chunk]))
+            fetches.append((self._arrays(layout)["indptr"], ids))
+        chunks = read_chunks(fetches)
+        found = []
+        for (layout, positions), (_, ids), decoded in zip(requests, fetches, chunks, strict=True):
+            chunk = layout.chunks["indptr"]
+            lo = _elements(decoded, ids, chunk, positions).astype(np.int64)
+            hi = _elements(decoded, ids, chunk, positions + 1).astype(np.int64)
+            if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
+                raise LayoutError(
+                    f"Layout {layout.path!r} in {self.location}: indptr names runs outside its "
+                    f"{layout.nnz} values or running backwards; the layout is corrupt, and "
+                    "reading on would return values of other cells. Rewrite it (sporadik-dask "
+                    "validate names the fault)."
+                )
+            found.append((lo, hi))
+        return found
+
+    def runs(
+        self, layout: LayoutDescription, lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """Wave two: the indices and values of every run, concatenated in the order asked.
+
+        Every zarr chunk the runs touch is fetched once, both arrays in one batch.
+        """
+        arrays = self._arrays(layout)
         counts = hi - lo
         total = int(counts.sum())
-        # Map each run into the concatenation of the merged ranges it lies in.
-        which = np.maximum(np.searchsorted(starts, lo, side="right") - 1, 0)
-        offsets = np.concatenate(([0], np.cumsum([b - a for a, b in ranges])))[:-1]
-        base = offsets[which] + lo - starts[which]
-        take = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        take += np.repeat(base, counts)
-        picked = indices[take].astype(np.int64, copy=False)
-        check_indices(picked, layout.extent, f"Layout {layout.path!r} in {self.location}")
-        return picked, data[take]
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
+        taken = []
+        fetches = []
+        for name in ("indices", "data"):
+            chunk = layout.chunks[name]
+            live = counts > 0
+            ids = _chunks_touched(lo[live] // chunk, (hi[live] - 1) // chunk)
+            fetches.append((arrays[name], ids))
+        for (array, ids), decoded in zip(fetches, read_chunks(fetches), strict=True):
+            chunk = int(array.chunks[0])
+            table = np.concatenate(decoded)
+            # Element e of the array sits at (rank of its chunk among ids) * chunk + e % chunk.
+            element = np.arange(total, dtype=np.int64) - np.repeat(
+                np.cumsum(counts) - counts, counts
+            )
+            element += np.repeat(lo, counts)
+            taken.append(table[np.searchsorted(ids, element // chunk) * chunk + element % chunk])
+        indices = taken[0].astype(np.int64, copy=False)
+        check_indices(indices, layout.extent, f"Layout {layout.path!r} in {self.location}")
+        return indices, taken[1]
 
     def choose(self, selections: Selection) -> LayoutDescription:
         """The present layout reading the fewest values for ``selections``, counted from indptr."""
-        return run(self._choose(selections))
-
-    async def _choose(self, selections: Selection) -> LayoutDescription:
         layouts = self.description.layouts
-        fractions = {
-            axis: len(_unique(selections[axis])) / max(self.shape[axis], 1) for axis in layouts
-        }
-        candidates = [axis for axis, fraction in fractions.items() if fraction < 1]
+        unique = {axis: _unique(selections[axis]) for axis in layouts}
+        candidates = [axis for axis in layouts if unique[axis].size < self.shape[axis]]
         if len(candidates) <= 1:
             chosen = candidates[0] if candidates else min(layouts)
             self._warn_if_scan(selections, chosen)
             return layouts[chosen]
-        brackets = await asyncio.gather(
-            *(self.brackets(layouts[axis], _unique(selections[axis])) for axis in candidates)
-        )
+        brackets = self.brackets([(layouts[axis], unique[axis]) for axis in candidates])
         read = {
             axis: int((hi - lo).sum()) for axis, (lo, hi) in zip(candidates, brackets, strict=True)
         }
         return layouts[min(read, key=lambda axis: (read[axis], axis))]
 
     def _warn_if_scan(self, selections: Selection, chosen: int) -> None:
-        if len(_unique(selections[chosen])) < self.shape[chosen]:
+        if _unique(selections[chosen]).size < self.shape[chosen]:
             return
         narrow = [
             axis
             for axis, selected in enumerate(selections)
-            if len(_unique(selected)) < self.shape[axis] and axis not in self.description.layouts
+            if _unique(selected).size < self.shape[axis] and axis not in self.description.layouts
         ]
         if narrow:
             warnings.warn(
@@ -282,15 +286,7 @@ class StoreReader:
             )
 
     def read(self, key: Any, *, axis: int | None = None) -> Any:
-        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection."""
-        selections, dropped = normalize_key(key, self.shape)
-        layout = self.description.layouts[axis] if axis is not None else self.choose(selections)
-        return run(self._read(layout, selections, dropped))
-
-    async def _read(
-        self, layout: LayoutDescription, selections: Selection, dropped: tuple[int, ...]
-    ) -> Any:
-        """Read the runs of the routed positions, then place each value in the output frame.
+        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection.
 
         1. Read the runs of the selected positions along the layout's axis (unique, sorted).
         2. Unravel each run's indices over ``index_order``; keep a value only if every other
@@ -299,19 +295,17 @@ class StoreReader:
         """
         import sparse
 
+        selections, dropped = normalize_key(key, self.shape)
+        layout = self.description.layouts[axis] if axis is not None else self.choose(selections)
         axis = layout.indexed_axis
         unique = [_unique(selected) for selected in selections]
-        lo, hi = await self.brackets(layout, unique[axis])
-        indices, data = await self.runs(layout, lo, hi)
+        ((lo, hi),) = self.brackets([(layout, unique[axis])])
+        indices, data = self.runs(layout, lo, hi)
         out_shape = tuple(len(u) for u in unique)
         coords = np.empty((len(self.shape), data.size), dtype=np.int64)
         coords[axis] = np.repeat(np.arange(len(unique[axis])), hi - lo)
         keep = np.ones(data.size, dtype=bool)
-        raveled = (
-            np.unravel_index(indices, layout.index_shape)
-            if data.size
-            else [np.zeros(0, dtype=np.int64) for _ in layout.index_order]
-        )
+        raveled = np.unravel_index(indices, layout.index_shape)
         for other, column in zip(layout.index_order, raveled, strict=True):
             chosen = unique[other]
             if chosen.size == self.shape[other]:
@@ -336,7 +330,7 @@ class StoreReader:
     def counts(self, axis: int) -> npt.NDArray[np.int64]:
         """Values per position along ``axis``: ``diff(indptr)``, no value read."""
         layout = self._layout_for(axis)
-        lo, hi = run(self.brackets(layout, np.arange(layout.positions)))
+        ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
         return hi - lo
 
     def maxima(self, axis: int) -> npt.NDArray[Any]:
@@ -347,12 +341,7 @@ class StoreReader:
                 f"Layout {layout.path!r} in {self.location} carries no maxima (an older writer); "
                 "reducing over every value would be needed. Rewrite the layout to add them."
             )
-        return run(self._maxima(layout))
-
-    async def _maxima(self, layout: LayoutDescription) -> npt.NDArray[Any]:
-        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
-        array = await root.getitem(f"{layout.path}/{MAXIMA}")
-        return np.asarray(await array.getitem(slice(None)))  # type: ignore[arg-type]
+        return np.asarray(self._arrays(layout)[MAXIMA][:])
 
     def _layout_for(self, axis: int) -> LayoutDescription:
         if axis not in self.description.layouts:

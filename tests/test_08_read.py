@@ -215,9 +215,9 @@ def test_a_reader_pickles_as_a_location_and_reads_inside_an_event_loop(tmp_path:
     path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
     reader = sd.StoreReader(path)
     reader.read((0,))
-    assert reader._arrays is not None
+    assert reader._opened is not None
     copy = pickle.loads(pickle.dumps(reader))
-    assert copy._arrays is None
+    assert copy._opened is None
 
     async def in_a_notebook_cell() -> np.ndarray:
         return copy.read((slice(None), 3)).todense()
