@@ -89,15 +89,31 @@ def _check_shape(shape: Sequence[Any]) -> tuple[int, ...]:
     return sizes
 
 
-def source_of(x: Any, *, shape: Sequence[int] | None = None) -> Source:
+def source_of(
+    x: Any,
+    *,
+    shape: Sequence[int] | None = None,
+    columns: Sequence[str] | None = None,
+    values: str | None = None,
+) -> Source:
     """The pieces of any supported input.
 
     Accepts a dask array (``sparse`` or numpy chunks), an xarray DataArray, scipy-style
-    coordinate columns ``(data, (row, col, ...))`` with ``shape``, a ``scipy.sparse`` matrix or
-    array, a ``sparse`` array, or a numpy array.
+    coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame with
+    ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
+    array, or a numpy array.
     """
     import scipy.sparse
     import sparse
+
+    if hasattr(x, "to_delayed") and hasattr(x, "dtypes") and hasattr(x, "columns"):
+        if shape is None or columns is None or values is None:
+            raise LayoutError(
+                "A DataFrame needs shape=, columns= (one coordinate column per axis) and "
+                "values= (the value column): nothing else says which column is which, and a "
+                "guessed shape would drop trailing empty positions."
+            )
+        return _from_frame(x, _check_shape(shape), tuple(columns), values)
 
     if type(x).__module__.startswith("xarray") and hasattr(x, "dims"):
         return _from_dataarray(x)
@@ -183,33 +199,68 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
             )
         with dask.config.set({"array.rechunk.method": "tasks"}):
             aligned.append(column.rechunk(chunks))
-    token = tokenize(values, *aligned, shape)
-    raw, merged = f"sporadik-columns-{token}", f"sporadik-merged-{token}"
-    blocks = len(chunks[0])
-    layer: dict[Key, Any] = {}
-    for b in range(blocks):
-        layer[(raw, b)] = (
+    raw = f"sporadik-columns-{tokenize(values, *aligned, shape)}"
+    layer: dict[Key, Any] = {
+        (raw, b): (
             tasks.checked_columns,
             shape,
             (values.name, b),
             *[(column.name, b) for column in aligned],
         )
-        layer[(raw + "-split", b)] = (tasks.split_by_cell, (raw, b), shape, blocks)
+        for b in range(len(chunks[0]))
+    }
+    return _merged(raw, layer, shape, np.dtype(values.dtype), [values, *aligned])
+
+
+def _from_frame(frame: Any, shape: tuple[int, ...], columns: Sequence[str], values: str) -> Source:
+    """A dask DataFrame of coordinate columns and a value column: one piece per partition."""
+    missing = [name for name in (*columns, values) if name not in frame.columns]
+    if missing or len(columns) != len(shape):
+        raise LayoutError(
+            f"columns={list(columns)!r} and values={values!r} must name {len(shape)} coordinate "
+            f"columns (one per axis of {shape}) and a value column of the DataFrame; "
+            f"{missing or 'the count'} does not match its columns {list(frame.columns)}."
+        )
+    for axis, name in enumerate(columns):
+        if frame.dtypes[name].kind not in "iu":
+            raise LayoutError(
+                f"Column {name!r} (axis {axis}) has dtype {frame.dtypes[name]}; coordinates are "
+                "integers, and rounding would silently move values to other cells."
+            )
+    dtype = _check_dtype(frame.dtypes[values])
+    raw = f"sporadik-frame-{tokenize(frame, shape, tuple(columns), values)}"
+    layer: dict[Key, Any] = {
+        (raw, b): (tasks.frame_piece, key, shape, tuple(columns), values)
+        for b, key in enumerate(frame.__dask_keys__())
+    }
+    return _merged(raw, layer, shape, dtype, [frame])
+
+
+def _merged(
+    raw: str, layer: dict[Key, Any], shape: tuple[int, ...], dtype: np.dtype[Any], inputs: list[Any]
+) -> Source:
+    """Pieces that may name a cell twice, merged into disjoint C-order pieces.
+
+    1. Split each raw piece by a hash of the cell into as many parts as there are pieces; a
+       ``getitem`` per (piece, part) runs where the split ran.
+    2. Per part, sort its cells and add up repeats, counting them for ``duplicates="refuse"``.
+    """
+    blocks = len(layer)
+    split, part, merged = f"{raw}-split", f"{raw}-part", f"{raw}-merged"
+    for b in range(blocks):
+        layer[(split, b)] = (tasks.split_by_cell, (raw, b), shape, blocks)
+        for p in range(blocks):
+            layer[(part, b, p)] = (getitem, (split, b), p)
     pieces, repeats = [], []
     for p in range(blocks):
-        parts = [(getitem, (raw + "-split", b), p) for b in range(blocks)]
-        layer[(merged, p)] = (tasks.merge_pieces, shape, *parts)
+        layer[(merged, p)] = (tasks.merge_pieces, shape, *[(part, b, p) for b in range(blocks)])
         layer[(merged + "-piece", p)] = (getitem, (merged, p), 0)
         layer[(merged + "-repeats", p)] = (getitem, (merged, p), 1)
         pieces.append((merged + "-piece", p))
         repeats.append((merged + "-repeats", p))
-    graph = HighLevelGraph.from_collections(raw, layer, dependencies=[values, *aligned])
+    graph = HighLevelGraph.from_collections(raw, layer, dependencies=inputs)
     return Source(
-        shape=shape,
-        dtype=np.dtype(values.dtype),
-        graph=graph,
-        pieces=tuple(pieces),
-        repeats=tuple(repeats),
+        shape=shape, dtype=dtype, graph=graph, pieces=tuple(pieces), repeats=tuple(repeats)
     )
 
 

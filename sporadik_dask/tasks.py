@@ -26,6 +26,7 @@ __all__ = [
     "add_counts",
     "checked_columns",
     "count_piece",
+    "frame_piece",
     "merge_pieces",
     "piece_of_block",
     "piece_of_layout",
@@ -107,6 +108,13 @@ def piece_of_layout(
     for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
         coords[axis] = column
     return coords, np.asarray(data[lo:hi])
+
+
+def frame_piece(frame: Any, shape: Sequence[int], columns: Sequence[str], values: str) -> Piece:
+    """A piece from one partition of a DataFrame of coordinate columns and a value column."""
+    return checked_columns(
+        shape, frame[values].to_numpy(), *[frame[name].to_numpy() for name in columns]
+    )
 
 
 def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:

@@ -252,6 +252,8 @@ def to_sporadik(
     compute: bool = True,
     storage_options: dict[str, Any] | None = None,
     partition_bytes: int | None = None,
+    columns: Sequence[str] | None = None,
+    values: str | None = None,
 ) -> StoreDescription | StoreWrite:
     """Write ``x`` as a sparse store with one layout per axis in ``axes`` (default: every axis).
 
@@ -259,8 +261,9 @@ def to_sporadik(
     ----------
     x
         A dask array with ``sparse`` or numpy chunks, an xarray DataArray, coordinate columns
-        ``(data, (row, col, ...))`` with ``shape=``, a ``scipy.sparse`` or ``sparse`` array, or
-        a numpy array. Zeros of numpy input are dropped.
+        ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with ``shape=``,
+        ``columns=`` and ``values=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array.
+        Zeros of numpy input are dropped.
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
@@ -278,7 +281,7 @@ def to_sporadik(
     One pass over ``x`` counts values per position when this is called; the values move when the
     write is computed. Returns the written store's description when ``compute`` is True.
     """
-    source = source_of(x, shape=shape)
+    source = source_of(x, shape=shape, columns=columns, values=values)
     plans = plan_source(
         source,
         _axes(axes, len(source.shape)),

@@ -292,3 +292,27 @@ def test_bad_input_is_refused_clearly_and_writes_nothing(tmp_path: Path, case: s
     with pytest.raises(sd.SporadikError, match=message):
         sd.to_sporadik(make(), tmp_path / "s.zarr", **options)
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_dask_dataframe_of_coordinates_is_merged_and_written(tmp_path: Path) -> None:
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rng = np.random.default_rng(20)
+    table = pd.DataFrame(
+        {
+            "cell": rng.integers(0, 40, 500),
+            "gene": rng.integers(0, 25, 500),
+            "count": rng.integers(1, 5, 500).astype(np.float32),
+        }
+    )
+    frame = dd.from_pandas(table, npartitions=4)
+    sd.to_sporadik(
+        frame, tmp_path / "s.zarr", shape=(40, 25), columns=("cell", "gene"), values="count"
+    )
+    expected = np.zeros((40, 25), dtype=np.float32)
+    np.add.at(expected, (table["cell"], table["gene"]), table["count"])
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), expected)
+    with pytest.raises(sd.LayoutError, match="columns="):
+        sd.to_sporadik(frame, tmp_path / "t.zarr", shape=(40, 25), columns=("cell",), values="n")
+    assert not (tmp_path / "t.zarr").exists()
