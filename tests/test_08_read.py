@@ -142,6 +142,33 @@ def test_from_sporadik_gives_sparse_chunks_with_the_dense_values(
         np.testing.assert_array_equal(x.sum(axis=0).compute().todense(), dense.sum(axis=0))
 
 
+@pytest.mark.parametrize("rank", [2, 3])
+def test_gcxs_chunks_are_the_layouts_own_arrays_and_hold_the_dense_values(
+    tmp_path: Path, rank: int
+) -> None:
+    shape = (9, 7, 5)[:rank]
+    dense = random_dense(np.random.default_rng(rank), shape, 0.3)
+    orders = {a: tuple(o for o in range(rank) if o != a) for a in range(rank)}
+    path = write_reference(tmp_path / "s.zarr", dense, orders, chunk=7)
+    for axis in range(rank):
+        whole = sd.from_sporadik(
+            path,
+            axis=axis,
+            format="gcxs",
+            chunks=tuple(3 if a == axis else size for a, size in enumerate(shape)),
+        )
+        assert isinstance(whole._meta, sparse.GCXS)
+        block = whole.blocks[(0,) * rank].compute()
+        assert isinstance(block, sparse.GCXS) and block.compressed_axes == (axis,)
+        np.testing.assert_array_equal(whole.compute().todense(), dense)
+        other = (axis + 1) % rank
+        np.testing.assert_array_equal(
+            whole.sum(axis=other).compute().todense(), dense.sum(axis=other)
+        )
+        split = sd.from_sporadik(path, axis=axis, format="gcxs", chunks=2)
+        np.testing.assert_array_equal(split.compute().todense(), dense)
+
+
 def test_auto_chunks_balance_values_along_the_indexed_axis(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(1), (400, 60), 0.2)
     dense[:5] = 7  # five heavy positions
