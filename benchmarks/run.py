@@ -180,12 +180,14 @@ def _reads(store: Path) -> dict[str, float]:
                 results[f"{case}, axis {axis}: reference"] = _median_ms(theirs)
     root = zarr.open_group(store, mode="r")
     for axis in range(counts.ndim):
-        x = sd.from_sporadik(store, axis=axis)
         other = 1 - axis
-        with dask.config.set(scheduler="threads"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            total = partial(lambda x, other: x.sum(axis=other).compute(), x, other)
-            results[f"sum along axis {other} (dask, layout {axis}): ours"] = _median_ms([total] * 3)
+        for format in ("coo", "gcxs"):
+            x = sd.from_sporadik(store, axis=axis, format=format)
+            with dask.config.set(scheduler="threads"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                total = partial(lambda x, other: x.sum(axis=other).compute(), x, other)
+                label = f"sum along axis {other}, from_sporadik(axis={axis}, format={format!r})"
+                results[f"{label}: ours"] = _median_ms([total] * 3)
         layout = root[f"layouts/axis{axis}"]
         decode = partial(lambda g: [g[n][:] for n in ("data", "indices", "indptr")], layout)
         results[f"decoding layout {axis}'s three arrays with zarr alone"] = _median_ms([decode] * 3)
@@ -196,21 +198,23 @@ def _reads(store: Path) -> dict[str, float]:
 # The driver
 
 
-def _peak_rss(process: subprocess.Popen[bytes]) -> int:
-    """Poll the process tree until it exits; return its largest summed RSS in bytes."""
-    peak = 0
+def _peak_rss(process: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """Poll the process tree until it exits: its largest summed RSS, and the largest RSS of any
+    one child (a cluster worker), in bytes."""
+    peak = worker = 0
     parent = psutil.Process(process.pid)
     while process.poll() is None:
         try:
-            tree = [parent, *parent.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            children = [p.memory_info().rss for p in parent.children(recursive=True)]
+            peak = max(peak, parent.memory_info().rss + sum(children))
+            worker = max(worker, *children, 0)
         except psutil.Error:
             pass
         time.sleep(0.02)
-    return peak
+    return peak, worker
 
 
-def _run_child(args: list[str]) -> tuple[dict[str, Any], int]:
+def _run_child(args: list[str]) -> tuple[dict[str, Any], tuple[int, int]]:
     with tempfile.TemporaryFile() as out:
         process = subprocess.Popen(
             [sys.executable, __file__, *args], stdout=out, stderr=subprocess.DEVNULL
@@ -265,11 +269,11 @@ def main() -> None:
     size = SIZES[args.size]
     cache = args.work / args.size
     nnz = _make_input(cache, **size)
-    writes: dict[str, list[tuple[float, int]]] = {name: [] for name in args.writers}
+    writes: dict[str, list[tuple[float, int, int]]] = {name: [] for name in args.writers}
     for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits all alike
         for name in args.writers:
-            result, peak = _run_child(["--child", "write", name, str(cache)])
-            writes[name].append((result["seconds"], peak))
+            result, (peak, worker) = _run_child(["--child", "write", name, str(cache)])
+            writes[name].append((result["seconds"], peak, worker))
             print(f"{name}: {result['seconds']:.2f} s, {peak / 2**30:.2f} GiB", flush=True)
     store = cache / "ours-threaded.zarr"
     if not store.exists():
@@ -282,10 +286,10 @@ def _report(
     args: argparse.Namespace,
     size: dict[str, int],
     nnz: int,
-    writes: dict[str, list[tuple[float, int]]],
+    writes: dict[str, list[tuple[float, int, int]]],
     reads: dict[str, float],
 ) -> None:
-    floor = min(s for s, _ in writes["floor"]) if writes.get("floor") else None
+    floor = min(run[0] for run in writes["floor"]) if writes.get("floor") else None
     command = f".venv/bin/python benchmarks/run.py --size {args.size} --repeats {args.repeats}"
     lines = [
         "# Benchmarks",
@@ -300,18 +304,21 @@ def _report(
         "## Writing both layouts",
         "",
         "Each contender in its own process, interleaved across repeats; min / median wall time "
-        "of the work alone, and the largest peak RSS of the whole process tree (cluster "
-        "workers included). *Floor*: zarr writing the six already-sorted arrays, one thread.",
+        "of the work alone; the largest summed RSS of the process tree (the input, held in "
+        "memory, included; cluster workers included), and the largest RSS of any one worker. "
+        "*Floor*: zarr writing the six already-sorted arrays, one thread.",
         "",
-        "| writer | min s | median s | x floor (min) | peak RSS GiB |",
-        "|---|---|---|---|---|",
+        "| writer | min s | median s | x floor (min) | peak RSS GiB | largest worker GiB |",
+        "|---|---|---|---|---|---|",
     ]
     for name, runs in writes.items():
-        seconds = [s for s, _ in runs]
+        seconds = [run[0] for run in runs]
         ratio = f"{min(seconds) / floor:.2f}" if floor else "-"
+        worker = max(run[2] for run in runs)
         lines.append(
             f"| {name} | {min(seconds):.2f} | {statistics.median(seconds):.2f} | {ratio} | "
-            f"{max(p for _, p in runs) / 2**30:.2f} |"
+            f"{max(run[1] for run in runs) / 2**30:.2f} | "
+            f"{f'{worker / 2**30:.2f}' if worker else '-'} |"
         )
     lines += [
         "",
