@@ -25,6 +25,7 @@ from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.codecs.bytes import Endian
 from zarr.core.buffer import default_buffer_prototype
 
+from sporadik_dask.errors import LayoutError
 from sporadik_dask.storage import run
 
 __all__ = ["read_chunks", "write_chunks"]
@@ -113,7 +114,15 @@ def read_chunks(
                 (array.store_path / array.metadata.encode_chunk_key((int(i),))).get(prototype)
                 for i in ids
             ]
-    fetched = run(_gather(fetches)) if fetches else []
+    try:
+        fetched = run(_gather(fetches)) if fetches else []
+    except (RuntimeError, ValueError) as broken:  # zarr's own decoding, for other codecs
+        if isinstance(broken, LayoutError):
+            raise
+        raise LayoutError(
+            f"A chunk cannot be decoded ({type(broken).__name__}: {broken}); the object is "
+            "truncated or corrupt, and its values are unknown. Write it again."
+        ) from broken
     results, at = [], 0
     for (array, ids), compressors in zip(requests, plans, strict=True):
         raw = fetched[at : at + len(ids)]
@@ -130,6 +139,18 @@ def _decoded(array: zarr.Array[Any], item: Any, compressors: list[Any] | None) -
     if item is None:
         return np.zeros(chunk, dtype=array.dtype)
     decoded: Any = item.to_bytes()
-    for compressor in reversed(compressors):
-        decoded = compressor.decode(decoded)
-    return np.frombuffer(decoded, dtype=dtype)
+    try:
+        for compressor in reversed(compressors):
+            decoded = compressor.decode(decoded)
+        values = np.frombuffer(decoded, dtype=dtype)
+    except Exception as broken:  # numcodecs raises RuntimeError, ValueError, ...
+        raise LayoutError(
+            f"A chunk of {array.path} cannot be decoded ({type(broken).__name__}: {broken}); "
+            "the object is truncated or corrupt, and its values are unknown. Write it again."
+        ) from broken
+    if values.shape != (chunk,):
+        raise LayoutError(
+            f"A chunk of {array.path} decodes to {values.shape[0]} values, not {chunk}; the "
+            "object is truncated or corrupt. Write it again."
+        )
+    return values

@@ -111,10 +111,25 @@ class StoreDescription:
 
 
 async def _child(group: AsyncGroup, name: str) -> Any:
+    """The node at ``name``, None if there is none, refusing metadata zarr cannot parse."""
     try:
         return await group.getitem(name)
     except KeyError:
         return None
+    except Exception as unreadable:  # zarr raises many kinds for a malformed document
+        raise LayoutError(
+            f"The metadata of {group.path or '/'}/{name} cannot be read "
+            f"({type(unreadable).__name__}: {unreadable}); the store is corrupt, and what it "
+            "holds cannot be interpreted. Write it again."
+        ) from unreadable
+
+
+def _regular_chunks(array: AsyncArray[Any]) -> bool:
+    try:
+        chunks = tuple(array.chunks)
+    except Exception:  # a chunk grid zarr cannot express as one chunk shape
+        return False
+    return len(chunks) == 1 and isinstance(chunks[0], int) and chunks[0] >= 1
 
 
 def _is_byte_addressable(array: AsyncArray[Any]) -> bool:
@@ -177,6 +192,11 @@ async def _describe_layout(
         if isinstance(array, AsyncArray) and len(array.shape) != 1:
             raise LayoutError(
                 f"{label}: {name} has shape {array.shape}; it must be one-dimensional."
+            )
+        if isinstance(array, AsyncArray) and not _regular_chunks(array):
+            raise LayoutError(
+                f"{label}: {name} is not chunked as one regular run of at least one element per "
+                "chunk; its chunks could not be addressed. The store is corrupt."
             )
     data, indices, indptr = (arrays[name] for name in ARRAY_NAMES)
     for name in ("indices", "indptr"):

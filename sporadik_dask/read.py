@@ -223,7 +223,11 @@ class StoreReader:
         """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
         if self._opened is None:
             self._opened = run(self._open())
-        return {name: self._opened[f"{layout.path}/{name}"] for name in (*ARRAY_NAMES, MAXIMA)}
+        return {
+            name: self._opened[f"{layout.path}/{name}"]
+            for name in (*ARRAY_NAMES, MAXIMA)
+            if f"{layout.path}/{name}" in self._opened
+        }
 
     async def _open(self) -> dict[str, zarr.Array[Any]]:
         root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)

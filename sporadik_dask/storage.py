@@ -17,7 +17,7 @@ from zarr.core.sync import sync
 from zarr.errors import GroupNotFoundError
 from zarr.storage import StoreLike
 
-from sporadik_dask.errors import StoreNotFoundError
+from sporadik_dask.errors import SporadikError, StoreNotFoundError
 
 __all__ = ["StoreLike", "location_of", "open_group", "open_group_async", "run"]
 
@@ -61,6 +61,13 @@ async def open_group_async(
             "attributes carry the block. Check the path or URL (and storage_options for a remote "
             "store)."
         ) from missing
+    except (ValueError, TypeError, AttributeError) as unreadable:
+        if isinstance(unreadable, SporadikError):
+            raise
+        raise SporadikError(
+            f"The root document of {location_of(store)} cannot be read as a zarr v3 group "
+            f"({type(unreadable).__name__}: {unreadable}); the store is corrupt or not zarr v3."
+        ) from unreadable
 
 
 def open_group(

@@ -2,8 +2,8 @@
 
 :func:`describe` makes the checks that need only metadata; this adds those that need the arrays
 (``indptr`` starts at 0, never decreases and ends at nnz; every index lies inside the raveled
-extent), reading ``indices`` one zarr chunk at a time so memory stays at one chunk whatever the
-store's size.
+extent; every chunk decodes), decoding a batch of zarr chunks at a time so memory stays bounded
+whatever the store's size.
 """
 
 from __future__ import annotations
@@ -13,22 +13,38 @@ from typing import Any
 import numpy as np
 import zarr
 
+from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
 from sporadik_dask.spec import check_indices, check_indptr
 from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 
 __all__ = ["validate", "validate_layout"]
 
+#: Zarr chunks decoded per batch while validating: memory stays at a few tens of MB.
+CHUNKS_AT_ONCE = 64
+
 
 def validate_layout(group: zarr.Group, layout: LayoutDescription, where: str) -> None:
-    """Run the data checks over one described layout's arrays."""
+    """Decode every chunk of one described layout and run the data checks over it."""
     label = f"Layout {layout.path!r} in {where}"
-    indptr, indices = group["indptr"], group["indices"]
-    assert isinstance(indptr, zarr.Array) and isinstance(indices, zarr.Array)  # described already
-    check_indptr(np.asarray(indptr[:]), layout.nnz, label)
-    step = layout.chunks["indices"]
+    arrays = {name: group[name] for name in ("indptr", "indices", "data")}
+    indptr = np.concatenate(_chunks(arrays["indptr"], layout.positions + 1, 0, None))
+    check_indptr(indptr[: layout.positions + 1], layout.nnz, label)
+    step = CHUNKS_AT_ONCE * layout.chunks["indices"]
     for start in range(0, layout.nnz, step):
-        check_indices(np.asarray(indices[start : start + step]), layout.extent, label)
+        stop = min(start + step, layout.nnz)
+        indices = np.concatenate(_chunks(arrays["indices"], layout.nnz, start, stop))
+        check_indices(indices[: stop - start], layout.extent, label)
+        _chunks(arrays["data"], layout.nnz, start, stop)
+
+
+def _chunks(array: Any, length: int, start: int, stop: int | None) -> list[Any]:
+    """Decoded chunks of ``array`` covering elements ``[start, stop)`` (to the end if None)."""
+    chunk = int(array.chunks[0])
+    end = length if stop is None else stop
+    ids = np.arange(start // chunk, max(-(-end // chunk), start // chunk))
+    (decoded,) = read_chunks([(array, ids)])
+    return decoded or [np.zeros(0, dtype=array.dtype)]
 
 
 def validate(

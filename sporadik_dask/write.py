@@ -15,6 +15,7 @@ import dask
 import numpy as np
 import zarr
 from dask.base import DaskMethodsMixin
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from sporadik_dask.describe import StoreDescription, describe
@@ -52,10 +53,13 @@ PARTITION_BYTES = 2**27
 
 
 class StoreWrite(DaskMethodsMixin):
-    """A pending write: computing it writes every chunk, then commits the block on the client.
+    """A pending write: computing it writes every chunk, then commits the block.
 
-    The block is written by the finalizer dask runs in the calling process after every write task
-    has returned, so a failure anywhere leaves no block.
+    ``.compute()`` runs the chunk writes on the active scheduler (threads, or a cluster's
+    workers) and, once every one has returned, writes the block from the calling process, so a
+    failure anywhere leaves no block. As a collection handed to ``dask.compute`` with others,
+    the block is written by dask's finalize step, which on ``distributed`` runs on a worker:
+    still only after every chunk write has returned.
     """
 
     __slots__ = ("_block", "_graph", "_keys", "_location", "_name", "_store")
@@ -96,8 +100,24 @@ class StoreWrite(DaskMethodsMixin):
     def __dask_optimize__(graph: Any, keys: Any, **kwargs: Any) -> Any:
         return graph
 
+    def compute(self, **kwargs: Any) -> StoreDescription:
+        """Write every chunk on the active scheduler, then commit the block from this process."""
+        barrier = f"{self._name}-written"
+        layer: dict[Any, Any] = {barrier: (_written, list(self._keys))}
+        graph = HighLevelGraph(
+            {**self._graph.layers, barrier: layer},
+            {**self._graph.dependencies, barrier: {self._name}},
+        )
+        Delayed(barrier, graph).compute(**kwargs)
+        return _commit(None, self._store, self._block, self._location)
+
     def __repr__(self) -> str:
         return f"StoreWrite({self._location!r}, {len(self._keys)} chunk writes, then the block)"
+
+
+def _written(results: list[None]) -> int:
+    """How many chunk writes returned: the one small result the client waits for."""
+    return len(results)
 
 
 def _commit(results: Any, store: Any, block: Block, location: str) -> StoreDescription:

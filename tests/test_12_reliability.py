@@ -1,0 +1,215 @@
+"""Faults during writes and hostile stores: nothing lost, nothing wrong read, every refusal a
+`SporadikError`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+import sporadik
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from zarr.storage import LocalStore
+
+import sporadik_dask as sd
+from tests.helpers import RecordingStore, random_dense, write_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class KillingStore(LocalStore):
+    """A local store whose worker process dies, once, while writing one chunk."""
+
+    def __init__(
+        self, root: Path, kill_on: str = "", marker: Path | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(root, **kwargs)
+        self.kill_on, self.marker = kill_on, marker
+
+    def __reduce__(self) -> Any:
+        return (KillingStore, (self.root, self.kill_on, self.marker))
+
+    async def set(self, key: str, value: Any) -> None:
+        if self.marker is not None and key == self.kill_on and not self.marker.exists():
+            self.marker.write_text("killed")
+            os._exit(1)  # the worker process dies mid-write, as on an OOM kill
+        await super().set(key, value)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Any]:
+    from distributed import Client, LocalCluster
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def _input(seed: int = 0) -> tuple[np.ndarray, Any]:
+    dense = random_dense(np.random.default_rng(seed), (120, 80), 0.2)
+    return dense, da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 40), asarray=False)
+
+
+def _objects(path: Path) -> dict[str, bytes]:
+    return {
+        f.relative_to(path).as_posix(): f.read_bytes()
+        for f in sorted(path.rglob("*"))
+        if f.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_write_leaves_a_correct_store_or_none(
+    tmp_path: Path, cluster: Any
+) -> None:
+    dense, x = _input()
+    path, marker = tmp_path / "s.zarr", tmp_path / "killed"
+    store = KillingStore(path, "layouts/axis1/data/c/1", marker)
+    try:
+        sd.to_sporadik(x, store, chunk=64, partition_bytes=3000)
+    except Exception:
+        with pytest.raises(sd.IncompleteError):
+            sd.describe(path)
+    else:
+        with sporadik.open_array(path) as reader:
+            np.testing.assert_array_equal(reader.to_array().to_dense(), dense)
+    assert marker.exists(), "the worker was never killed"
+
+
+def test_writes_without_the_commit_leave_a_store_that_refuses_to_open(tmp_path: Path) -> None:
+    _, x = _input(1)
+    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, chunk=64)
+    assert isinstance(write, sd.StoreWrite)
+    # Every chunk written, then the client interrupted before the commit.
+    dask.get(write.__dask_graph__(), write.__dask_keys__())
+    assert any("/data/c/" in key for key in _objects(tmp_path / "s.zarr"))
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(tmp_path / "s.zarr")
+
+
+def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(random_dense(np.random.default_rng(2), (120, 80), 0.2), path, chunk=64)
+    _, x = _input(3)
+    failing = RecordingStore(LocalStore(path), fail_on="layouts/axis0/indices/c/2")
+    with pytest.raises(OSError):
+        sd.to_sporadik(x, failing, chunk=64, overwrite=True)
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(path)
+    with pytest.raises(sporadik.IncompleteError):
+        sporadik.describe(path)
+
+
+def test_retrying_a_failed_write_gives_the_bytes_of_a_clean_one(tmp_path: Path) -> None:
+    _dense, x = _input(4)
+    failing = RecordingStore(LocalStore(tmp_path / "retry.zarr"), fail_on="layouts/axis1/data/c/1")
+    with pytest.raises(OSError):
+        sd.to_sporadik(x, failing, chunk=64)
+    sd.to_sporadik(x, tmp_path / "retry.zarr", chunk=64, overwrite=True)
+    sd.to_sporadik(x, tmp_path / "clean.zarr", chunk=64)
+    assert _objects(tmp_path / "retry.zarr") == _objects(tmp_path / "clean.zarr")
+
+
+# Hostile stores: every zarr.json field mutated, chunk objects truncated.
+MUTANTS = [None, -1, 0, 2**62, 1.5, "x", "../../etc", [], [1, 2], {}, {"a": 1}, True]
+
+
+def _leaves(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield (*path, key)
+            yield from _leaves(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield (*path, index)
+            yield from _leaves(value, (*path, index))
+
+
+def _set(document: Any, path: tuple[Any, ...], value: Any, delete: bool) -> None:
+    for step in path[:-1]:
+        document = document[step]
+    if delete and isinstance(document, dict):
+        del document[path[-1]]
+    else:
+        document[path[-1]] = value
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+    dense = random_dense(np.random.default_rng(5), (40, 30), 0.2)
+    path = write_reference(
+        tmp_path_factory.mktemp("p") / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=64
+    )
+    return path, dense
+
+
+def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> None:
+    try:
+        sd.validate(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sd.ScanWarning)
+            reader = sd.StoreReader(path)
+            values = reader.read((slice(None),) * dense.ndim).todense()
+            columns = reader.read((slice(None), [0, 7, 29])).todense()
+    except sd.SporadikError as refused:
+        assert str(refused)
+        return
+    np.testing.assert_array_equal(values, dense)
+    np.testing.assert_array_equal(columns, dense[:, [0, 7, 29]])
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_a_mutated_metadata_document_is_refused_or_read_correctly(
+    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
+) -> None:
+    source, dense = pristine
+    path = tmp_path_factory.mktemp("m") / "s.zarr"
+    shutil.copytree(source, path)
+    documents = sorted(path.rglob("zarr.json"))
+    target = data.draw(st.sampled_from(documents))
+    document = json.loads(target.read_text())
+    leaf = data.draw(st.sampled_from(list(_leaves(document))))
+    _set(document, leaf, data.draw(st.sampled_from(MUTANTS)), data.draw(st.booleans()))
+    target.write_text(json.dumps(document))
+    _outcome_is_a_refusal_or_the_true_values(path, dense)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_a_truncated_chunk_object_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
+) -> None:
+    source, dense = pristine
+    path = tmp_path_factory.mktemp("t") / "s.zarr"
+    shutil.copytree(source, path)
+    chunks = sorted(f for f in path.rglob("c/*") if f.is_file())
+    target = data.draw(st.sampled_from(chunks))
+    content = target.read_bytes()
+    target.write_bytes(content[: data.draw(st.integers(0, len(content) - 1))])
+    _outcome_is_a_refusal_or_the_true_values(path, dense)
