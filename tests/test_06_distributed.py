@@ -43,6 +43,9 @@ def test_a_cluster_writes_what_the_threaded_scheduler_writes(
     workers = {task["worker"] for task in stream.data}
     assert any("-sort" in key for key in ran) and any("-write-data" in key for key in ran)
     assert len(workers) == 2
+    # The block is committed by this process, not by a finalize task on a worker.
+    assert not any("finalize" in key or "commit" in key for key in ran)
+    assert sporadik.describe(tmp_path / "cluster.zarr").shape == shape
     with sporadik.open_array(tmp_path / "cluster.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
     with sporadik.open_array(tmp_path / "cluster.zarr") as store:
