@@ -18,7 +18,12 @@ __all__ = ["SporadikChunkManager"]
 
 
 class SporadikChunkManager(DaskManager):
-    """dask, with sparse meta for lazily indexed backend arrays."""
+    """dask, with sparse meta for lazily opened sporadik variables and dask's own for the rest.
+
+    Only arrays read from a sporadik store are treated differently, so it is also safe as the
+    default for a whole session: ``xr.set_options(chunk_manager="sporadik")``, after which a bare
+    ``chunks={}`` keeps sporadik variables sparse and leaves every other backend as dask does.
+    """
 
     def is_chunked_array(self, data: Any) -> bool:
         return False
@@ -27,29 +32,32 @@ class SporadikChunkManager(DaskManager):
         import dask.array as da
         import sparse
 
+        backend, whole = _backend_under(data)
+        if backend is None:
+            return super().from_array(data, chunks, **kwargs)
         kwargs["meta"] = sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype))
         kwargs["asarray"] = False
-        reader = _reader_under(data)
-        if reader is None:
-            kwargs["getitem"] = _getter
-            return da.from_array(data, chunks, **kwargs)
-        return da.from_array(reader, chunks, **kwargs)
+        if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
+            return da.from_array(backend.reader, chunks, **kwargs)
+        kwargs["getitem"] = _getter
+        return da.from_array(data, chunks, **kwargs)
 
 
-def _reader_under(data: Any) -> Any:
-    """The store reader beneath xarray's lazy wrappers, if they select the whole array."""
+def _backend_under(data: Any) -> tuple[Any, bool]:
+    """The sporadik backend array beneath xarray's lazy wrappers (or None), and whether the
+    wrappers select the whole of it."""
     from xarray.core.indexing import LazilyIndexedArray
 
     from sporadik_dask.xarray_backend import SporadikBackendArray
 
-    while True:
+    whole = True
+    while data is not None:
         if isinstance(data, SporadikBackendArray):
-            return data.reader
+            return data, whole
         if isinstance(data, LazilyIndexedArray) and any(k != slice(None) for k in data.key.tuple):
-            return None
+            whole = False
         data = getattr(data, "array", None)
-        if data is None:
-            return None
+    return None, False
 
 
 def _getter(array: Any, key: Any, **kwargs: Any) -> Any:

@@ -289,3 +289,17 @@ def test_per_position_counts_and_maxima_come_without_reading_values(tmp_path: Pa
     np.testing.assert_array_equal(opened.sporadik.maxima("dim_0"), np.abs(dense).max(axis=1))
     with pytest.raises(sd.SporadikError, match="whole store"):
         opened.isel(dim_0=slice(0, 5)).sporadik.nnz("dim_1")
+
+
+def test_as_the_session_chunk_manager_a_bare_chunks_keeps_sporadik_sparse_and_others_dense(
+    tmp_path: Path,
+) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    xr.Dataset({"v": (("a", "b"), np.arange(6.0).reshape(2, 3))}).to_zarr(tmp_path / "plain.zarr")
+    with xr.set_options(chunk_manager="sporadik"):
+        ours = xr.open_dataset(path, engine="sporadik", chunks={})["s"]
+        plain = xr.open_dataset(tmp_path / "plain.zarr", engine="zarr", chunks={})["v"]
+        assert isinstance(ours.data._meta, sparse.COO)
+        assert isinstance(plain.data._meta, np.ndarray)
+        np.testing.assert_array_equal(ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]])
+        np.testing.assert_array_equal(plain.compute().values, np.arange(6.0).reshape(2, 3))
