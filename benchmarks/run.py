@@ -33,6 +33,8 @@ SIZES = {
     "full": {"cells": 300_000, "genes": 20_000},
 }
 WRITERS = ["floor", "ours-threaded", "ours-cluster", "scipy", "reference"]
+#: Everything after this line of the results page is hand-written and kept across runs.
+DISCUSSION = "<!-- discussion: kept across runs -->"
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +335,10 @@ def _report(
         *(f"| {name} | {ms:.1f} |" for name, ms in reads.items()),
         "",
     ]
-    args.output.write_text("\n".join(lines))
+    kept = ""
+    if args.output.exists() and DISCUSSION in args.output.read_text():
+        kept = DISCUSSION + args.output.read_text().split(DISCUSSION, 1)[1]
+    args.output.write_text("\n".join(lines) + ("\n" + kept if kept else ""))
     print(f"wrote {args.output}")
 
 

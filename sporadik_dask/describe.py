@@ -25,6 +25,7 @@ from sporadik_dask.spec import (
     ARRAY_NAMES,
     MAXIMA,
     LayoutEntry,
+    LayoutGeometry,
     anndata_encoding,
     declared_shape,
     layout_path,
@@ -36,7 +37,7 @@ __all__ = ["LayoutDescription", "StoreDescription", "describe", "describe_async"
 
 
 @dataclass(frozen=True, slots=True)
-class LayoutDescription:
+class LayoutDescription(LayoutGeometry):
     """One layout: what the block declares of it and what its arrays say of themselves."""
 
     #: Where the child group lives inside the prefix.
@@ -62,21 +63,6 @@ class LayoutDescription:
     byte_addressable: bool
     #: Whether the layout carries per-slice ``maxima``.
     has_maxima: bool
-
-    @property
-    def positions(self) -> int:
-        """How many runs the layout holds: the length of the indexed axis."""
-        return self.shape[self.indexed_axis]
-
-    @property
-    def index_shape(self) -> tuple[int, ...]:
-        """The shape ``indices`` are raveled over, in ``index_order``."""
-        return tuple(self.shape[axis] for axis in self.index_order)
-
-    @property
-    def extent(self) -> int:
-        """How many cells one run can address: every index lies in ``[0, extent)``."""
-        return math.prod(self.index_shape)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from sporadik_dask.spec import (
     MAXIMA,
+    LayoutGeometry,
     anndata_encoding,
     chunk_for,
     declared_shape,
@@ -46,7 +47,7 @@ class Region:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class LayoutPlan:
+class LayoutPlan(LayoutGeometry):
     """Everything about one layout's write that the counts determine."""
 
     #: The array's own shape.
@@ -70,21 +71,6 @@ class LayoutPlan:
     def nnz(self) -> int:
         """How many values the layout holds."""
         return int(self.indptr[-1])
-
-    @property
-    def positions(self) -> int:
-        """The length of the indexed axis."""
-        return self.shape[self.indexed_axis]
-
-    @property
-    def index_shape(self) -> tuple[int, ...]:
-        """The shape ``indices`` ravel over."""
-        return tuple(self.shape[axis] for axis in self.index_order)
-
-    @property
-    def extent(self) -> int:
-        """How many cells one run can address."""
-        return math.prod(self.index_shape)
 
     @property
     def partitions(self) -> int:

@@ -30,6 +30,7 @@ __all__ = [
     "TARGET_CHUNK_BYTES",
     "Block",
     "LayoutEntry",
+    "LayoutGeometry",
     "anndata_encoding",
     "check_indices",
     "check_indptr",
@@ -96,6 +97,30 @@ def chunk_for(dtype: npt.DTypeLike, length: int) -> int:
     """Elements per zarr chunk: :data:`TARGET_CHUNK_BYTES` worth, never more than the array."""
     chunk = max(TARGET_CHUNK_BYTES // max(np.dtype(dtype).itemsize, 1), 1)
     return min(chunk, int(length)) if length else chunk
+
+
+class LayoutGeometry:
+    """What a layout's shape, indexed axis and index order imply, wherever a layout is held."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    indexed_axis: int
+    index_order: tuple[int, ...]
+
+    @property
+    def positions(self) -> int:
+        """How many runs the layout holds: the length of the indexed axis."""
+        return self.shape[self.indexed_axis]
+
+    @property
+    def index_shape(self) -> tuple[int, ...]:
+        """The shape ``indices`` are raveled over, in ``index_order``."""
+        return tuple(self.shape[axis] for axis in self.index_order)
+
+    @property
+    def extent(self) -> int:
+        """How many cells one run can address: every index lies in ``[0, extent)``."""
+        return math.prod(self.index_shape)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@ chunks, the client commits the block."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dask.array as da
@@ -11,21 +10,10 @@ import numpy as np
 import pytest
 import sparse
 import sporadik
-from distributed import Client, LocalCluster, get_task_stream
+from distributed import Client, get_task_stream
 
 import sporadik_dask as sd
 from tests.helpers import random_dense
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
 
 
 @pytest.mark.parametrize("rank", [2, 3])

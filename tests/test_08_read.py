@@ -301,5 +301,7 @@ def test_as_the_session_chunk_manager_a_bare_chunks_keeps_sporadik_sparse_and_ot
         plain = xr.open_dataset(tmp_path / "plain.zarr", engine="zarr", chunks={})["v"]
         assert isinstance(ours.data._meta, sparse.COO)
         assert isinstance(plain.data._meta, np.ndarray)
-        np.testing.assert_array_equal(ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]])
+        np.testing.assert_array_equal(
+            ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]]
+        )
         np.testing.assert_array_equal(plain.compute().values, np.arange(6.0).reshape(2, 3))

@@ -24,8 +24,6 @@ from zarr.storage import LocalStore
 import sporadik_dask as sd
 from tests.helpers import RecordingStore, random_dense, write_reference
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 class KillingStore(LocalStore):
     """A local store whose worker process dies, once, while writing one chunk."""
@@ -46,22 +44,6 @@ class KillingStore(LocalStore):
         await super().set(key, value)
 
 
-@pytest.fixture
-def cluster() -> Iterator[Any]:
-    from distributed import Client, LocalCluster
-
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
-    )
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
-
-
 def _input(seed: int = 0) -> tuple[np.ndarray, Any]:
     dense = random_dense(np.random.default_rng(seed), (120, 80), 0.2)
     return dense, da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 40), asarray=False)
@@ -77,7 +59,7 @@ def _objects(path: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_write_leaves_a_correct_store_or_none(
-    tmp_path: Path, cluster: Any
+    tmp_path: Path, client: Any
 ) -> None:
     dense, x = _input()
     path, marker = tmp_path / "s.zarr", tmp_path / "killed"

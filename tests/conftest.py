@@ -1,0 +1,28 @@
+"""Shared fixtures: a real `distributed.LocalCluster` with worker processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """A client of a 2-process cluster whose workers can import this test package."""
+    from distributed import Client, LocalCluster
+
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
