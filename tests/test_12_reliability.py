@@ -144,6 +144,16 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray
     return path, dense
 
 
+def _copy(
+    pristine: tuple[Path, np.ndarray], factory: pytest.TempPathFactory
+) -> tuple[Path, np.ndarray]:
+    """A copy of the pristine store to corrupt, and the values it holds."""
+    source, dense = pristine
+    path = factory.mktemp("mutant") / "s.zarr"
+    shutil.copytree(source, path)
+    return path, dense
+
+
 def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> None:
     try:
         sd.validate(path)
@@ -168,9 +178,7 @@ def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> N
 def test_a_mutated_metadata_document_is_refused_or_read_correctly(
     tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
 ) -> None:
-    source, dense = pristine
-    path = tmp_path_factory.mktemp("m") / "s.zarr"
-    shutil.copytree(source, path)
+    path, dense = _copy(pristine, tmp_path_factory)
     documents = sorted(path.rglob("zarr.json"))
     target = data.draw(st.sampled_from(documents))
     document = json.loads(target.read_text())
@@ -184,12 +192,10 @@ def test_a_mutated_metadata_document_is_refused_or_read_correctly(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-def test_a_truncated_chunk_object_is_refused(
+def test_a_truncated_chunk_object_is_refused_or_read_correctly(
     tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
 ) -> None:
-    source, dense = pristine
-    path = tmp_path_factory.mktemp("t") / "s.zarr"
-    shutil.copytree(source, path)
+    path, dense = _copy(pristine, tmp_path_factory)
     chunks = sorted(f for f in path.rglob("c/*") if f.is_file())
     target = data.draw(st.sampled_from(chunks))
     content = target.read_bytes()
