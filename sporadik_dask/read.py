@@ -287,19 +287,19 @@ class StoreReader:
             ids = _chunks_touched(lo[live] // chunk, (hi[live] - 1) // chunk)
             fetches.append((arrays[name], ids))
         contiguous = bool(np.all(lo[1:] == hi[:-1]))
-        if not contiguous:
-            element = np.arange(total, dtype=np.int64) - np.repeat(
-                np.cumsum(counts) - counts, counts
-            )
-            element += np.repeat(lo, counts)
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         taken = []
         for (array, ids), decoded in zip(fetches, read_chunks(fetches), strict=True):
             chunk = int(array.chunks[0])
+            table = np.concatenate(decoded)
             if contiguous:  # one range of elements over consecutive chunks: a slice, no gather
                 first = int(lo[0]) - int(ids[0]) * chunk
-                taken.append(np.concatenate(decoded)[first : first + total])
-            else:
-                taken.append(_elements(decoded, ids, chunk, element))
+                taken.append(table[first : first + total])
+                continue
+            # A run's chunks are consecutive in ``ids`` (every chunk it touches was fetched), so
+            # each run is one contiguous stretch of ``table``: locate runs, not values.
+            start = np.searchsorted(ids, lo // chunk) * chunk + lo % chunk
+            taken.append(table[np.repeat(start, counts) + within])
         indices = taken[0].astype(np.int64, copy=False)
         check_indices(indices, layout.extent, f"Layout {layout.path!r} in {self.location}")
         return indices, taken[1]
