@@ -26,6 +26,19 @@ def random_dense(
     return np.where(rng.random(tuple(shape)) < density, values, 0).astype(dtype)
 
 
+def labelled(data: Any) -> Any:
+    """A (6, 4) DataArray over ``data`` with dims, coordinates, a name and attrs to round-trip."""
+    import xarray as xr
+
+    return xr.DataArray(
+        data,
+        dims=("cell", "gene"),
+        coords={"gene": ["a", "b", "c", "d"], "cell": np.arange(10, 16)},
+        name="counts",
+        attrs={"units": "reads"},
+    )
+
+
 def reference_layout(dense: np.ndarray, axis: int, index_order: Sequence[int]) -> sporadik.Layout:
     """The layout of ``dense`` making ``axis`` contiguous, raveled over ``index_order``."""
     moved = np.transpose(dense, (axis, *index_order))

@@ -21,7 +21,7 @@ import zarr
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, random_dense
+from tests.helpers import RecordingStore, labelled, random_dense
 
 
 def read_back(path: Path) -> np.ndarray:
@@ -225,14 +225,7 @@ def test_repeated_cells_across_chunks_are_summed_or_refused(tmp_path: Path) -> N
 
 def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(19), (6, 4), 0.5)
-    array = xr.DataArray(
-        _dask_sparse(dense, (3, 2)),
-        dims=("cell", "gene"),
-        coords={"gene": ["a", "b", "c", "d"], "cell": np.arange(10, 16)},
-        name="counts",
-        attrs={"units": "reads"},
-    )
-    sd.to_sporadik(array, tmp_path / "s.zarr")
+    sd.to_sporadik(labelled(_dask_sparse(dense, (3, 2))), tmp_path / "s.zarr")
     root = zarr.open_group(tmp_path / "s.zarr", mode="r")
     assert root.attrs["xarray"] == {
         "name": "counts",

@@ -20,7 +20,7 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from sporadik_dask.xarray_backend import SporadikBackendEntrypoint
-from tests.helpers import RecordingStore, random_dense, write_reference
+from tests.helpers import RecordingStore, labelled, random_dense, write_reference
 
 
 def outer(dense: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
@@ -266,14 +266,7 @@ def test_guess_can_open_says_yes_only_for_a_store_with_a_block(tmp_path: Path) -
 
 def test_a_written_dataarray_opens_with_its_labels(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(4), (6, 4), 0.5)
-    array = xr.DataArray(
-        sparse.COO.from_numpy(dense),
-        dims=("cell", "gene"),
-        coords={"gene": ["a", "b", "c", "d"], "cell": np.arange(10, 16)},
-        name="counts",
-        attrs={"units": "reads"},
-    )
-    sd.to_sporadik(array, tmp_path / "anything.zarr")
+    sd.to_sporadik(labelled(sparse.COO.from_numpy(dense)), tmp_path / "anything.zarr")
     opened = xr.open_dataarray(tmp_path / "anything.zarr", engine="sporadik")
     assert opened.name == "counts" and opened.dims == ("cell", "gene")
     assert opened.attrs == {"units": "reads"}
