@@ -306,12 +306,15 @@ class StoreReader:
 
     def choose(self, selections: Selection) -> LayoutDescription:
         """The present layout reading the fewest values for ``selections``, counted from indptr."""
+        return self._choose([_unique(selected) for selected in selections])
+
+    def _choose(self, unique: Selection) -> LayoutDescription:
+        """:meth:`choose`, given each axis's sorted distinct positions."""
         layouts = self.description.layouts
-        unique = {axis: _unique(selections[axis]) for axis in layouts}
         candidates = [axis for axis in layouts if unique[axis].size < self.shape[axis]]
         if len(candidates) <= 1:
             chosen = candidates[0] if candidates else min(layouts)
-            self._warn_if_scan(selections, chosen)
+            self._warn_if_scan(unique, chosen)
             return layouts[chosen]
         brackets = self.brackets([(layouts[axis], unique[axis]) for axis in candidates])
         read = {
@@ -319,13 +322,13 @@ class StoreReader:
         }
         return layouts[min(read, key=lambda axis: (read[axis], axis))]
 
-    def _warn_if_scan(self, selections: Selection, chosen: int) -> None:
-        if _unique(selections[chosen]).size < self.shape[chosen]:
+    def _warn_if_scan(self, unique: Selection, chosen: int) -> None:
+        if unique[chosen].size < self.shape[chosen]:
             return
         narrow = [
             axis
-            for axis, selected in enumerate(selections)
-            if _unique(selected).size < self.shape[axis] and axis not in self.description.layouts
+            for axis, selected in enumerate(unique)
+            if selected.size < self.shape[axis] and axis not in self.description.layouts
         ]
         if narrow:
             warnings.warn(
@@ -348,9 +351,9 @@ class StoreReader:
         import sparse
 
         selections, dropped = normalize_key(key, self.shape)
-        layout = self.description.layouts[axis] if axis is not None else self.choose(selections)
-        axis = layout.indexed_axis
         unique = [_unique(selected) for selected in selections]
+        layout = self.description.layouts[axis] if axis is not None else self._choose(unique)
+        axis = layout.indexed_axis
         ((lo, hi),) = self.brackets([(layout, unique[axis])])
         indices, data = self.runs(layout, lo, hi)
         out_shape = tuple(len(u) for u in unique)

@@ -18,10 +18,11 @@ import xarray as xr
 from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.core import indexing
 
+from sporadik_dask.describe import describe_group_async
 from sporadik_dask.errors import SporadikError
 from sporadik_dask.read import StoreReader
 from sporadik_dask.spec import BLOCK_KEY
-from sporadik_dask.storage import StoreLike, run
+from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 from sporadik_dask.write import COORDS_GROUP, LABELS_KEY
 
 __all__ = ["SporadikAccessor", "SporadikBackendArray", "SporadikBackendEntrypoint"]
@@ -60,8 +61,10 @@ def open_store_dataset(
     """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
     import zarr
 
-    reader = StoreReader(store, storage_options=storage_options)
-    root = zarr.Group(run(_root(store, storage_options)))
+    opened = run(open_group_async(store, mode="r", storage_options=storage_options))
+    description = run(describe_group_async(opened, location_of(store)))
+    reader = StoreReader(store, storage_options=storage_options, description=description)
+    root = zarr.Group(opened)
     labels: dict[str, Any] = dict(root.attrs).get(LABELS_KEY) or {}  # type: ignore[assignment]
     rank = len(reader.shape)
     dims = tuple(labels.get("dims") or (f"dim_{axis}" for axis in range(rank)))
@@ -83,12 +86,6 @@ def open_store_dataset(
     variable.encoding[READER_KEY] = reader
     variables = {} if name in set(drop_variables or ()) else {name: variable}
     return xr.Dataset(variables, coords=coords)
-
-
-async def _root(store: StoreLike, storage_options: dict[str, Any] | None) -> Any:
-    from sporadik_dask.storage import open_group_async
-
-    return await open_group_async(store, mode="r", storage_options=storage_options)
 
 
 def _preferred_chunks(reader: StoreReader, dims: tuple[str, ...]) -> dict[str, int]:
