@@ -10,29 +10,49 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import SporadikError
+from sporadik_dask.write import StoreWrite
 
 __all__ = ["main"]
 
 
+Progress = Callable[[Any], Any]
+
+
 @contextlib.contextmanager
-def _running(scheduler: str | None, quiet: bool) -> Iterator[None]:
-    """Where the work runs (a dask.distributed address, or threads here) and a progress bar."""
+def _running(scheduler: str | None, quiet: bool) -> Iterator[Progress]:
+    """Where the work runs (a dask.distributed address, or threads here), and a function that
+    computes a pending write with a progress bar on a terminal."""
+    show = not quiet and sys.stderr.isatty()
     with contextlib.ExitStack() as stack:
         if scheduler:
             from distributed import Client
 
-            stack.enter_context(Client(scheduler))
-        elif not quiet and sys.stderr.isatty():
+            client = stack.enter_context(Client(scheduler))
+
+            def on_cluster(write: Any) -> Any:
+                if not isinstance(write, StoreWrite):  # nothing left to write
+                    return write
+                future = client.compute(write.written())
+                if show:
+                    from distributed import progress
+
+                    progress(future)
+                future.result()
+                return write.commit()
+
+            yield on_cluster
+            return
+        if show:
             from dask.diagnostics import ProgressBar
 
             stack.enter_context(ProgressBar(out=sys.stderr))
-        yield
+        yield lambda write: write.compute() if isinstance(write, StoreWrite) else write
 
 
 def _say(quiet: bool, message: str) -> None:
@@ -93,9 +113,27 @@ def _validate(args: argparse.Namespace) -> None:
     )
 
 
-def _open_input(path: str) -> Any:
-    """The array to write from ``path``, read lazily where its format allows."""
-    source = Path(path)
+def _open_input(args: argparse.Namespace, staging: Path) -> Any:
+    """The array to write from ``args.input``, read lazily or streamed where its format allows."""
+    from sporadik_dask import tables
+
+    source = Path(args.input)
+    if tables.is_table(source):
+        if not args.columns:
+            raise SporadikError(
+                f"{args.input} is a table: say which columns hold the coordinates with "
+                "--columns (one per axis) and, unless each row counts one, --values."
+            )
+        return _table_source(
+            tables.read_table(source, args.columns, args.values, staging),
+            args.shape,
+            args.columns,
+            args.values,
+        )
+    if args.columns or args.values or args.shape:
+        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
+    if tables.is_10x(source):
+        return _tenx_source(tables.read_10x(source, staging))
     if source.suffix == ".npz":
         import scipy.sparse
 
@@ -103,9 +141,34 @@ def _open_input(path: str) -> Any:
     if source.suffix == ".h5ad" or (source / ".zattrs").exists() or _is_anndata_zarr(source):
         return _anndata_matrix(source)
     raise SporadikError(
-        f"Cannot tell what {path!r} holds: convert reads an AnnData .h5ad file or .zarr store, "
-        "a scipy .npz file, or an existing sporadik store."
+        f"Cannot tell what {args.input!r} holds: convert reads an AnnData .h5ad file or .zarr "
+        "store, a 10x matrix directory, a Parquet or CSV table, a scipy .npz file, or an "
+        "existing sporadik store."
     )
+
+
+def _table_source(
+    frame: Any, shape: Sequence[int] | None, columns: Sequence[str], values: str | None
+) -> Any:
+    from sporadik_dask.sources import source_of
+
+    return source_of(frame, shape=shape, columns=columns, values=values)
+
+
+def _tenx_source(tenx: Any) -> Any:
+    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var."""
+    from dataclasses import replace
+
+    from sporadik_dask.sources import Labels, source_of
+
+    source = source_of(tenx.frame, shape=tenx.shape, columns=("obs", "var"), values="value")
+    labels = Labels(
+        name="X",
+        dims=("obs", "var"),
+        attrs={},
+        coords={"obs": tenx.barcodes, "var": tenx.features},
+    )
+    return replace(source, labels=labels)
 
 
 def _is_anndata_zarr(source: Path) -> bool:
@@ -153,7 +216,7 @@ def _convert(args: argparse.Namespace) -> None:
 
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
-    with _running(args.scheduler, args.quiet):
+    with _running(args.scheduler, args.quiet) as progress:
         if _is_sporadik(args.input):
             if args.output != args.input:
                 raise SporadikError(
@@ -162,24 +225,45 @@ def _convert(args: argparse.Namespace) -> None:
                 )
             present = describe(args.input)
             for axis in axes or range(present.rank):
-                description = add_axis(
-                    args.input, axis, chunk=args.chunk, byte_addressable=args.byte_addressable
+                write = add_axis(
+                    args.input,
+                    axis,
+                    chunk=args.chunk,
+                    byte_addressable=args.byte_addressable,
+                    compute=False,
                 )
+                description = progress(write)
         else:
-            description = to_sporadik(
-                _open_input(args.input),
-                args.output,
-                axes=axes,
-                chunk=args.chunk,
-                byte_addressable=args.byte_addressable,
-                overwrite=args.overwrite,
-            )
+            with _staging(args) as staging:
+                write = to_sporadik(
+                    _open_input(args, staging),
+                    args.output,
+                    axes=axes,
+                    chunk=args.chunk,
+                    byte_addressable=args.byte_addressable,
+                    overwrite=args.overwrite,
+                    compute=False,
+                )
+                description = progress(write)
     assert isinstance(description, StoreDescription)
     _say(
         args.quiet,
         f"wrote {description.location}: {description.nnz:,} values, layouts "
         f"{list(description.indexed_axes)}, in {time.perf_counter() - started:.1f} s",
     )
+
+
+@contextlib.contextmanager
+def _staging(args: argparse.Namespace) -> Iterator[Path]:
+    """A directory for inputs that must be streamed before dask can split them, removed after.
+
+    It sits beside the output by default, so workers on the same file system can read it.
+    """
+    import tempfile
+
+    parent = args.staging or (Path(args.output).parent if "://" not in args.output else None)
+    with tempfile.TemporaryDirectory(prefix=".sporadik-staging-", dir=parent) as directory:
+        yield Path(directory)
 
 
 def _is_sporadik(path: str) -> bool:
@@ -202,8 +286,8 @@ def _demo(args: argparse.Namespace) -> None:
     print(f"input: a dask array {x.shape} of sparse.COO chunks, {x.numblocks[0]} blocks")
     array = xr.DataArray(x, dims=("cell", "gene"), name="counts", attrs={"units": "reads"})
     started = time.perf_counter()
-    with _running(args.scheduler, args.quiet):
-        description = to_sporadik(array, args.output, overwrite=True)
+    with _running(args.scheduler, args.quiet) as progress:
+        description = progress(to_sporadik(array, args.output, overwrite=True, compute=False))
     assert isinstance(description, StoreDescription)
     print(
         f"wrote {args.output}: {description.nnz:,} values, a layout per axis, "
@@ -250,9 +334,23 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("store")
     check.set_defaults(run=_validate)
 
-    convert = commands.add_parser("convert", help="write a store from AnnData, .npz or a store")
+    convert = commands.add_parser(
+        "convert",
+        help="write a store from AnnData, 10x, a table, .npz or a store",
+        description="Write every layout of a store from an AnnData .h5ad file or .zarr store, a "
+        "10x matrix directory, a Parquet or CSV coordinate table, a scipy .npz file, or an "
+        "existing store (whose missing layouts are added).",
+    )
     convert.add_argument("input")
     convert.add_argument("output")
+    convert.add_argument(
+        "--columns", nargs="+", help="a table's coordinate columns, one per axis (names or ints)"
+    )
+    convert.add_argument("--values", help="a table's value column (default: each row counts 1)")
+    convert.add_argument(
+        "--shape", type=int, nargs="+", help="axis lengths, for integer coordinate columns"
+    )
+    convert.add_argument("--staging", help="where to stream gzip'd or Matrix Market input")
     convert.add_argument("--axes", type=int, nargs="+", help="layouts to write (default all)")
     convert.add_argument("--chunk", type=int, help="elements per zarr chunk")
     convert.add_argument("--byte-addressable", action="store_true")

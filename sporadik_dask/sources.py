@@ -106,14 +106,15 @@ def source_of(
     import scipy.sparse
     import sparse
 
+    if isinstance(x, Source):
+        return x
     if hasattr(x, "to_delayed") and hasattr(x, "dtypes") and hasattr(x, "columns"):
-        if shape is None or columns is None or values is None:
+        if columns is None:
             raise LayoutError(
-                "A DataFrame needs shape=, columns= (one coordinate column per axis) and "
-                "values= (the value column): nothing else says which column is which, and a "
-                "guessed shape would drop trailing empty positions."
+                "A DataFrame needs columns= (one coordinate column per axis, in axis order) and "
+                "usually values= (the value column): nothing else says which column is which."
             )
-        return _from_frame(x, _check_shape(shape), tuple(columns), values)
+        return _from_frame(x, shape, tuple(columns), values)
 
     if type(x).__module__.startswith("xarray") and hasattr(x, "dims"):
         return _from_dataarray(x)
@@ -212,28 +213,74 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
     return _merged(raw, layer, shape, np.dtype(values.dtype), [values, *aligned])
 
 
-def _from_frame(frame: Any, shape: tuple[int, ...], columns: Sequence[str], values: str) -> Source:
-    """A dask DataFrame of coordinate columns and a value column: one piece per partition."""
-    missing = [name for name in (*columns, values) if name not in frame.columns]
-    if missing or len(columns) != len(shape):
+def _from_frame(
+    frame: Any, shape: Sequence[int] | None, columns: tuple[str, ...], values: str | None
+) -> Source:
+    """A dask DataFrame of coordinate columns and a value column: one piece per partition.
+
+    Integer columns are positions. Columns of names (strings, categoricals) are labels: their
+    distinct values, sorted, become the axis and its coordinate, found in one pass here. Without
+    ``values`` each row counts one, so a transcript table becomes counts per cell.
+    """
+    wanted = [*columns, *([values] if values else [])]
+    missing = [name for name in wanted if name not in frame.columns]
+    if missing:
         raise LayoutError(
-            f"columns={list(columns)!r} and values={values!r} must name {len(shape)} coordinate "
-            f"columns (one per axis of {shape}) and a value column of the DataFrame; "
-            f"{missing or 'the count'} does not match its columns {list(frame.columns)}."
+            f"columns={list(columns)!r} and values={values!r} name {missing}, which the "
+            f"DataFrame does not have; its columns are {list(frame.columns)}."
         )
+    labelled = []
     for axis, name in enumerate(columns):
-        if frame.dtypes[name].kind not in "iu":
+        kind = frame.dtypes[name].kind
+        if kind in "OUS":
+            labelled.append(name)
+        elif kind not in "iu":
             raise LayoutError(
                 f"Column {name!r} (axis {axis}) has dtype {frame.dtypes[name]}; coordinates are "
-                "integers, and rounding would silently move values to other cells."
+                "integers or names, and rounding would silently move values to other cells."
             )
-    dtype = _check_dtype(frame.dtypes[values])
-    raw = f"sporadik-frame-{tokenize(frame, shape, tuple(columns), values)}"
+    found = dask.compute(*[frame[name].dropna().unique() for name in labelled])
+    labels = {
+        name: np.sort(np.asarray(u, dtype=str)) for name, u in zip(labelled, found, strict=True)
+    }
+    sizes = _frame_shape(shape, columns, labels)
+    dtype = tasks.COUNT_DTYPE if values is None else _check_dtype(frame.dtypes[values])
+    raw = f"sporadik-frame-{tokenize(frame, sizes, columns, values)}"
     layer: dict[Key, Any] = {
-        (raw, b): (tasks.frame_piece, key, shape, tuple(columns), values)
+        (raw, b): (tasks.frame_piece, key, sizes, columns, values, labels)
         for b, key in enumerate(frame.__dask_keys__())
     }
-    return _merged(raw, layer, shape, dtype, [frame])
+    source = _merged(raw, layer, sizes, dtype, [frame])
+    names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
+    return replace(source, labels=names)
+
+
+def _frame_shape(
+    shape: Sequence[int] | None, columns: tuple[str, ...], labels: Mapping[str, Any]
+) -> tuple[int, ...]:
+    """The shape a table declares: label counts along labelled axes, ``shape`` elsewhere."""
+    if shape is None:
+        unlabelled = [name for name in columns if name not in labels]
+        if unlabelled:
+            raise LayoutError(
+                f"Columns {unlabelled} hold integer positions, so the table needs shape=: the "
+                "largest position does not say how long an axis is, and a guess would make "
+                "trailing empty positions disappear."
+            )
+        shape = [len(labels[name]) for name in columns]
+    sizes = _check_shape(shape)
+    if len(sizes) != len(columns):
+        raise LayoutError(
+            f"{len(columns)} coordinate columns for a shape of {len(sizes)} axes; there is one "
+            "column per axis, in axis order."
+        )
+    for name, size in zip(columns, sizes, strict=True):
+        if name in labels and len(labels[name]) != size:
+            raise LayoutError(
+                f"Column {name!r} holds {len(labels[name])} distinct names but shape= gives its "
+                f"axis length {size}; the names decide the axis, so leave shape= out."
+            )
+    return sizes
 
 
 def _merged(

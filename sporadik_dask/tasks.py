@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,9 @@ from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError
 from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import check_indices
+
+#: Dtype of the counts a table without a value column gets: one per row, summed per cell.
+COUNT_DTYPE = np.dtype(np.int32)
 
 __all__ = [
     "Piece",
@@ -110,11 +113,35 @@ def piece_of_layout(
     return coords, np.asarray(data[lo:hi])
 
 
-def frame_piece(frame: Any, shape: Sequence[int], columns: Sequence[str], values: str) -> Piece:
-    """A piece from one partition of a DataFrame of coordinate columns and a value column."""
-    return checked_columns(
-        shape, frame[values].to_numpy(), *[frame[name].to_numpy() for name in columns]
-    )
+def frame_piece(
+    frame: Any,
+    shape: Sequence[int],
+    columns: Sequence[str],
+    values: str | None,
+    labels: Mapping[str, npt.NDArray[Any]],
+) -> Piece:
+    """A piece from one partition of a DataFrame of coordinate columns and a value column.
+
+    A labelled column holds names, turned here into positions among its sorted ``labels``;
+    without a value column each row counts one.
+    """
+    import pandas as pd
+
+    coords = []
+    for name in columns:
+        column = frame[name]
+        if name in labels:
+            codes = pd.Index(labels[name]).get_indexer(column)
+            if codes.size and codes.min() < 0:
+                raise LayoutError(
+                    f"Column {name!r} holds a missing or unknown label; it names no position. "
+                    f"Drop those rows first (frame.dropna(subset=[{name!r}]))."
+                )
+            coords.append(codes)
+        else:
+            coords.append(column.to_numpy())
+    data = np.ones(len(frame), dtype=COUNT_DTYPE) if values is None else frame[values].to_numpy()
+    return checked_columns(shape, data, *coords)
 
 
 def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:

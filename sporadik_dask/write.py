@@ -100,16 +100,25 @@ class StoreWrite(DaskMethodsMixin):
     def __dask_optimize__(graph: Any, keys: Any, **kwargs: Any) -> Any:
         return graph
 
-    def compute(self, **kwargs: Any) -> StoreDescription:
-        """Write every chunk on the active scheduler, then commit the block from this process."""
+    def written(self) -> Delayed:
+        """One task that finishes when every chunk write has returned, for a scheduler that
+        tracks its own futures (``client.compute``); :meth:`commit` comes after it."""
         barrier = f"{self._name}-written"
         layer: dict[Any, Any] = {barrier: (_written, list(self._keys))}
         graph = HighLevelGraph(
             {**self._graph.layers, barrier: layer},
             {**self._graph.dependencies, barrier: {self._name}},
         )
-        Delayed(barrier, graph).compute(**kwargs)
+        return Delayed(barrier, graph)
+
+    def commit(self) -> StoreDescription:
+        """Write the block; call only once :meth:`written` has finished without error."""
         return _commit(None, self._store, self._block, self._location)
+
+    def compute(self, **kwargs: Any) -> StoreDescription:
+        """Write every chunk on the active scheduler, then commit the block from this process."""
+        self.written().compute(**kwargs)
+        return self.commit()
 
     def __repr__(self) -> str:
         return f"StoreWrite({self._location!r}, {len(self._keys)} chunk writes, then the block)"

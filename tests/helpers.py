@@ -131,3 +131,26 @@ def memory_copy(path: Path) -> MemoryStore:
             key = file.relative_to(path).as_posix()
             sync(memory.set(key, default_buffer_prototype().buffer.from_bytes(file.read_bytes())))
     return memory
+
+
+def run_on_terminal(args: list[str], timeout: float = 120) -> tuple[int, str]:
+    """Run a command with stdout and stderr on a pseudo-terminal, as a person at a shell would;
+    return its exit status and everything it printed."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(args, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    output = bytearray()
+    while True:
+        try:
+            read = os.read(leader, 65536)
+        except OSError:  # the terminal closes once the process and its children exit
+            break
+        if not read:
+            break
+        output += read
+    os.close(leader)
+    return process.wait(timeout=timeout), output.decode(errors="replace")

@@ -54,3 +54,23 @@ def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> 
     np.add.at(expected, (rows, cols), values)
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), expected)
+
+
+def test_convert_on_a_cluster_shows_progress_on_a_terminal(tmp_path: Path, client: Client) -> None:
+    import sys
+
+    import scipy.sparse as sp
+
+    from tests.helpers import run_on_terminal
+
+    matrix = sp.random(300, 200, density=0.1, format="csr", random_state=7, dtype=np.float64)
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    address = client.scheduler.address
+    command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(tmp_path / "m.npz")]
+    status, printed = run_on_terminal(
+        [*command, str(tmp_path / "out.zarr"), "--scheduler", address]
+    )
+    assert status == 0, printed
+    assert "100% Completed" in printed and "wrote " in printed
+    with sporadik.open_array(tmp_path / "out.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())

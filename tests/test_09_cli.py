@@ -106,3 +106,16 @@ def test_the_demo_builds_a_store_and_reads_it_along_each_axis(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert "positions along cell" in done.stdout and "positions along gene" in done.stdout
     assert sporadik.describe(tmp_path / "demo.zarr").shape == (2000, 300)
+
+
+def test_progress_is_drawn_on_a_terminal_and_not_with_quiet(tmp_path: Path) -> None:
+    from tests.helpers import run_on_terminal
+
+    matrix = sp.random(200, 100, density=0.1, format="csr", random_state=8, dtype=np.float64)
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(tmp_path / "m.npz")]
+    status, printed = run_on_terminal([*command, str(tmp_path / "a.zarr")])
+    assert status == 0 and "100% Completed" in printed, printed
+    status, printed = run_on_terminal([*command, str(tmp_path / "b.zarr"), "--quiet"])
+    assert status == 0 and printed == "", printed
+    np.testing.assert_array_equal(read_back(tmp_path / "b.zarr"), matrix.toarray())
