@@ -290,9 +290,8 @@ def to_sporadik(
     ----------
     x
         A dask array with ``sparse`` or numpy chunks, an xarray DataArray, coordinate columns
-        ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with ``shape=``,
-        ``columns=`` and ``values=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array.
-        Zeros of numpy input are dropped.
+        ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with ``columns=``, a
+        ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy input are dropped.
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
@@ -306,9 +305,17 @@ def to_sporadik(
         If False, return a :class:`StoreWrite`; computing it writes, then commits the block.
     partition_bytes
         Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``.
+    columns, values
+        For a dask DataFrame: its coordinate columns, one per axis, and its value column (without
+        one, each row counts one). A column of names becomes a labelled axis, its sorted distinct
+        names the coordinate; integer columns are positions and need ``shape=``.
 
-    One pass over ``x`` counts values per position when this is called; the values move when the
-    write is computed. Returns the written store's description when ``compute`` is True.
+    Returns
+    -------
+    StoreDescription or StoreWrite
+        The written store's description, or the pending write when ``compute`` is False. One
+        pass over ``x`` counts values per position when this is called; the values move when
+        the write is computed.
     """
     source = source_of(x, shape=shape, columns=columns, values=values)
     plans = plan_source(

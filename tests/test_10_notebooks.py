@@ -18,6 +18,7 @@ def test_the_notebook_runs_and_is_kept_without_outputs(
     document = nbformat.read(notebook, as_version=4)
     assert all(not cell.get("outputs") for cell in document.cells if cell.cell_type == "code")
     monkeypatch.setenv("QUICKSTART_CELLS", "4000")
+    monkeypatch.setenv("NOTEBOOK_CELLS", "4000")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     NotebookClient(document, timeout=300, kernel_name="python3").execute()
     errors = [
