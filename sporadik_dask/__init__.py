@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
 from sporadik_dask.errors import (
+    AbsentChunkWarning,
     IncompleteError,
     LayoutError,
     ScanWarning,
@@ -32,6 +33,7 @@ del PackageNotFoundError, version
 
 __all__ = [
     "SPEC_VERSION",
+    "AbsentChunkWarning",
     "IncompleteError",
     "LayoutDescription",
     "LayoutError",

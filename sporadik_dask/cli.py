@@ -10,12 +10,13 @@ import contextlib
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sporadik_dask.describe import StoreDescription, describe
-from sporadik_dask.errors import SporadikError
+from sporadik_dask.errors import AbsentChunkWarning, SporadikError
 from sporadik_dask.write import StoreWrite
 
 __all__ = ["main"]
@@ -105,7 +106,11 @@ def _info(args: argparse.Namespace) -> None:
 def _validate(args: argparse.Namespace) -> None:
     from sporadik_dask.validate import validate
 
-    description = validate(args.store)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AbsentChunkWarning)
+        description = validate(args.store)
+    for warning in caught:
+        print(f"sporadik-dask: warning: {warning.message}", file=sys.stderr)
     _say(
         args.quiet,
         f"{description.location}: valid ({len(description.layouts)} layouts, "

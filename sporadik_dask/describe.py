@@ -64,6 +64,28 @@ class LayoutDescription(LayoutGeometry):
     #: Whether the layout carries per-slice ``maxima``.
     has_maxima: bool
 
+    def check_whole_read(self, where: str) -> None:
+        """Refuse to read all of ``indptr`` (8 bytes a position) past ``sporadik.max-positions``.
+
+        A declared shape costs nothing to write, and absent chunks read as zeros, so a corrupt
+        or hostile store could otherwise make a reader allocate terabytes.
+        """
+        import dask.config
+
+        limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+        if self.positions > limit:
+            raise LayoutError(
+                f"Layout {self.path!r} in {where} declares {self.positions:,} positions; reading "
+                f"its indptr whole would take {8 * (self.positions + 1) / 2**30:,.1f} GiB, past "
+                f"the limit of {limit:,} positions. A shape this long is usually corrupt; if it "
+                "is real, raise dask.config 'sporadik.max-positions'."
+            )
+
+
+#: Positions a layout may declare before reading its whole ``indptr`` is refused: 2**31 positions
+#: take 16 GiB as int64. Selections read only their brackets and are never refused.
+MAX_POSITIONS = 2**31
+
 
 @dataclass(frozen=True, slots=True)
 class StoreDescription:

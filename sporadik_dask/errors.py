@@ -44,3 +44,11 @@ class StoreExistsError(SporadikError, FileExistsError):
 
 class ScanWarning(UserWarning):
     """A selection was answered by scanning a layout, since the one that compresses it is absent."""
+
+
+class AbsentChunkWarning(UserWarning):
+    """A chunk inside an array's extent has no object, so zarr reads it as the fill value.
+
+    Writers leave out chunks holding only zeros, so this can be legitimate; it is also what a lost
+    object looks like, after the block was written, to every zarr reader.
+    """

@@ -385,12 +385,14 @@ class StoreReader:
     def counts(self, axis: int) -> npt.NDArray[np.int64]:
         """Values per position along ``axis``: ``diff(indptr)``, no value read."""
         layout = self._layout_for(axis)
+        layout.check_whole_read(self.location)
         ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
         return hi - lo
 
     def maxima(self, axis: int) -> npt.NDArray[Any]:
         """Largest absolute value per position along ``axis``, as stored at write time."""
         layout = self._layout_for(axis)
+        layout.check_whole_read(self.location)
         if not layout.has_maxima:
             raise LayoutError(
                 f"Layout {layout.path!r} in {self.location} carries no maxima (an older writer); "

@@ -331,6 +331,7 @@ def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Sourc
 
     ``indptr`` is read here, on the client, and checked, since it decides every piece's range.
     """
+    layout.check_whole_read(where)
     indptr = np.asarray(group["indptr"][:], dtype=np.int64)
     check_indptr(indptr, layout.nnz, f"Layout {layout.path!r} in {where}")
     bounds = partition_bounds(indptr, PIECE_VALUES)

@@ -60,3 +60,25 @@ def test_validate_reads_indices_one_zarr_chunk_at_a_time_and_passes_a_good_store
     description = sd.validate(path)
     assert description.nnz == np.count_nonzero(dense)
     assert description.layouts[0].chunks["indices"] == 64
+
+
+def test_an_absent_chunk_is_named_by_validate_and_a_complete_store_warns_of_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import warnings
+
+    from sporadik_dask.cli import main
+
+    dense = random_dense(np.random.default_rng(9), (60, 40), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sd.AbsentChunkWarning)
+        sd.validate(path)  # every chunk present: no warning
+    (path / "layouts" / "axis1" / "data" / "c" / "3").unlink()  # lost after the block
+    with pytest.warns(
+        sd.AbsentChunkWarning, match=r"axis1.*1 of the \d+ chunks of 'data' \(ids 3\)"
+    ):
+        sd.validate(path)
+    assert main(["validate", str(path)]) == 0
+    assert "warning: Layout 'layouts/axis1'" in capsys.readouterr().err

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,8 +157,12 @@ def _copy(
 
 
 def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> None:
+    """Refused with a message, flagged by ``validate`` as reading zeros, or the true values."""
     try:
-        sd.validate(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", sd.AbsentChunkWarning)
+            sd.validate(path)
+        flagged = [w for w in caught if issubclass(w.category, sd.AbsentChunkWarning)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", sd.ScanWarning)
             reader = sd.StoreReader(path)
@@ -165,12 +171,19 @@ def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> N
     except sd.SporadikError as refused:
         assert str(refused)
         return
+    if flagged:  # validate named the chunks that read as zeros
+        assert "read as zeros" in str(flagged[0].message)
+        return
     np.testing.assert_array_equal(values, dense)
     np.testing.assert_array_equal(columns, dense[:, [0, 7, 29]])
 
 
+#: Stores mutated per fuzzing test; SPORADIK_FUZZ_EXAMPLES raises it for a longer campaign.
+FUZZ_EXAMPLES = int(os.environ.get("SPORADIK_FUZZ_EXAMPLES", "150"))
+
+
 @settings(
-    max_examples=150,
+    max_examples=FUZZ_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -189,15 +202,86 @@ def test_a_mutated_metadata_document_is_refused_or_read_correctly(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=max(FUZZ_EXAMPLES // 3, 1),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
-def test_a_truncated_chunk_object_is_refused_or_read_correctly(
+def test_a_truncated_or_deleted_chunk_object_is_refused_flagged_or_read_correctly(
     tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
 ) -> None:
     path, dense = _copy(pristine, tmp_path_factory)
     chunks = sorted(f for f in path.rglob("c/*") if f.is_file())
     target = data.draw(st.sampled_from(chunks))
-    content = target.read_bytes()
-    target.write_bytes(content[: data.draw(st.integers(0, len(content) - 1))])
+    if data.draw(st.booleans()):
+        target.unlink()
+    else:
+        content = target.read_bytes()
+        target.write_bytes(content[: data.draw(st.integers(0, len(content) - 1))])
     _outcome_is_a_refusal_or_the_true_values(path, dense)
+
+
+def _mount_tmpfs(directory: Path, size: str) -> bool:
+    directory.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_file_system_fails_the_write_with_the_cause_and_leaves_no_block(
+    tmp_path: Path,
+) -> None:
+    """A real file system with 1 MiB of room (tmpfs, mounted here) fills up mid-write."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "1m"):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    try:
+        rng = np.random.default_rng(11)
+        dense = rng.random((1000, 500)) * (rng.random((1000, 500)) < 0.5)  # ~250,000 values
+        x = da.from_array(sparse.COO.from_numpy(dense), chunks=(100, 500), asarray=False)
+        # Random doubles do not compress: ~4 MB of chunks per layout against 1 MiB of room.
+        with pytest.raises(OSError, match="No space left on device") as failed:
+            sd.to_sporadik(x, disk / "s.zarr")
+        assert failed.value.errno == errno.ENOSPC
+        with pytest.raises(sd.IncompleteError):
+            sd.describe(disk / "s.zarr")
+        with pytest.raises(sporadik.IncompleteError):
+            sporadik.describe(disk / "s.zarr")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_huge_declared_shape_is_refused_before_any_large_allocation(tmp_path: Path) -> None:
+    """Block, group, indptr and maxima agree on 2**40 rows: a consistent lie costs a few bytes of
+    JSON, and every whole read of indptr would otherwise allocate 8 TiB."""
+    import resource
+
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(random_dense(np.random.default_rng(12), (50, 30), 0.2), path, axes=(0,))
+    huge = 2**40
+    for document, field, shape in (
+        ("zarr.json", ("attributes", "sporadik", "shape"), [huge, 30]),
+        ("layouts/axis0/zarr.json", ("attributes", "shape"), [huge, 30]),
+        ("layouts/axis0/indptr/zarr.json", ("shape",), [huge + 1]),
+        ("layouts/axis0/maxima/zarr.json", ("shape",), [huge]),
+    ):
+        content = json.loads((path / document).read_text())
+        _set(content, field, shape, delete=False)
+        (path / document).write_text(json.dumps(content))
+    assert sd.describe(path).shape == (huge, 30)  # metadata alone is consistent
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for attempt in (
+        lambda: sd.validate(path),
+        lambda: sd.from_sporadik(path),
+        lambda: sd.StoreReader(path).counts(0),
+        lambda: sd.StoreReader(path).maxima(0),
+        lambda: sd.add_axis(path, 1),
+    ):
+        with pytest.raises(sd.LayoutError, match="declares 1,099,511,627,776 positions"):
+            attempt()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KiB
+    row = sd.StoreReader(path).read((3, slice(None)))  # a selection reads its brackets only
+    assert row.shape == (30,)
