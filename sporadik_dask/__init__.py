@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
 from sporadik_dask.errors import (
     AbsentChunkWarning,
+    FetchError,
     IncompleteError,
     LayoutError,
     ScanWarning,
@@ -34,6 +35,7 @@ del PackageNotFoundError, version
 __all__ = [
     "SPEC_VERSION",
     "AbsentChunkWarning",
+    "FetchError",
     "IncompleteError",
     "LayoutDescription",
     "LayoutError",

@@ -26,7 +26,7 @@ from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.codecs.bytes import Endian
 from zarr.core.buffer import default_buffer_prototype
 
-from sporadik_dask.errors import LayoutError
+from sporadik_dask.errors import FetchError, LayoutError
 from sporadik_dask.storage import run
 
 __all__ = ["read_chunks", "write_chunks"]
@@ -94,6 +94,18 @@ async def _gather(awaitables: list[Any]) -> list[Any]:
     return list(await asyncio.gather(*awaitables))
 
 
+async def _fetch(path: Any, prototype: Any) -> Any:
+    """One chunk object, or None when the store says it does not exist (zarr's fill value)."""
+    try:
+        return await path.get(prototype)
+    except Exception as failed:
+        raise FetchError(
+            f"Could not fetch {path} ({type(failed).__name__}: {failed}). The read stopped "
+            "rather than take zeros for it; the store may be unreachable or overloaded, so "
+            "retry, or raise the store's retry settings (storage_options)."
+        ) from failed
+
+
 def read_chunks(
     requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
 ) -> list[list[npt.NDArray[Any]]]:
@@ -112,7 +124,7 @@ def read_chunks(
         else:
             prototype = default_buffer_prototype()
             fetches += [
-                (array.store_path / array.metadata.encode_chunk_key((int(i),))).get(prototype)
+                _fetch(array.store_path / array.metadata.encode_chunk_key((int(i),)), prototype)
                 for i in ids
             ]
     try:

@@ -52,3 +52,10 @@ class AbsentChunkWarning(UserWarning):
     Writers leave out chunks holding only zeros, so this can be legitimate; it is also what a lost
     object looks like, after the block was written, to every zarr reader.
     """
+
+
+class FetchError(OSError):
+    """A chunk could not be fetched from the store, after the store's own retries.
+
+    The read stops here: a chunk that could not be fetched is never read as zeros.
+    """

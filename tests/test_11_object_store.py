@@ -1,13 +1,10 @@
 """Writing and reading through a real S3-protocol server on loopback (moto's standalone server),
-from the client and from cluster workers, with URLs and ``storage_options`` as dask users pass."""
+from the client and from cluster workers, with URLs and ``storage_options`` as dask users pass and
+with zarr's obstore-backed store; through a loopback proxy that counts requests and injects
+faults."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,43 +17,15 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
 from tests.helpers import random_dense
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, Any]]:
     """A bucket on a moto server started here, and the storage_options that reach it."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-    }
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        # An S3 CreateBucket is a plain PUT on the bucket's path.
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/sporadik-tests", method="PUT"))
-        yield {"storage_options": options, "bucket": "sporadik-tests"}
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with LoopbackS3() as server:
+        yield {"storage_options": server.storage_options(), "bucket": server.bucket}
 
 
 def _url(s3: dict[str, Any]) -> str:
@@ -103,4 +72,120 @@ def test_cluster_workers_write_straight_into_the_bucket(s3: dict[str, Any], tmp_
     ):
         sd.to_sporadik(x, url, storage_options=options, chunk=32, partition_bytes=2000)
         y = sd.from_sporadik(url, storage_options=options, chunks=(20, 50))
+        np.testing.assert_array_equal(y.compute().todense(), dense)
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
+    """A moto server and a counting, fault-injecting proxy in front of it."""
+    with LoopbackS3() as server, S3Proxy(server) as proxy:
+        yield server, proxy
+
+
+def _stores(server: LoopbackS3, proxy: S3Proxy, kind: str, **retries: Any) -> tuple[Any, dict]:
+    """A fresh store location through the proxy, as a URL with options or an obstore store."""
+    prefix = f"{uuid.uuid4().hex}/counts.zarr"
+    if kind == "fsspec":
+        options = server.storage_options(proxy.endpoint, **retries)
+        return f"s3://{server.bucket}/{prefix}", {"storage_options": options}
+    return server.obstore(prefix, proxy.endpoint), {}
+
+
+@pytest.mark.parametrize("kind", ["fsspec", "obstore"])
+def test_transient_faults_are_retried_and_the_values_come_back_whole(
+    loopback: tuple[LoopbackS3, S3Proxy], kind: str
+) -> None:
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(2), (60, 90), 0.2)
+    store, options = _stores(server, proxy, kind)
+    proxy.faults = Faults(every=5)  # every 5th request answers 503 SlowDown, once
+    with proxy.counting() as written:
+        sd.to_sporadik(dense, store, chunk=64, **options)
+    with proxy.counting() as read:
+        values = sd.from_sporadik(store, axis=1, **options).compute().todense()
+        ds = xr.open_dataset(store, engine="sporadik", **options)
+        columns = ds[next(iter(ds.data_vars))].isel(dim_1=[0, 45, 89]).data.todense()
+    proxy.faults = Faults()
+    assert written.failed > 5 and read.failed > 2  # faults were met, and retried past
+    np.testing.assert_array_equal(values, dense)
+    np.testing.assert_array_equal(columns, dense[:, [0, 45, 89]])
+
+
+@pytest.mark.parametrize("kind", ["fsspec", "obstore"])
+def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
+    loopback: tuple[LoopbackS3, S3Proxy], kind: str
+) -> None:
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(3), (60, 80), 0.3)
+    store, options = _stores(server, proxy, kind)
+    sd.to_sporadik(dense, store, chunk=64, **options)
+    if kind == "fsspec":  # fewer retries, so the refusal comes sooner
+        store, options = (
+            store,
+            {
+                "storage_options": server.storage_options(
+                    proxy.endpoint, retries={"max_attempts": 1}
+                )
+            },
+        )
+    else:
+        store = server.obstore(store.store.prefix, proxy.endpoint)
+    proxy.faults = Faults(paths=r"layouts/axis1/data/c/2$", methods=("GET",))
+    try:
+        with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
+            sd.from_sporadik(store, axis=1, **options).compute()
+        ds = xr.open_dataset(store, engine="sporadik", **options)
+        with pytest.raises(sd.FetchError):
+            _ = ds[next(iter(ds.data_vars))].isel(dim_1=list(range(0, 80, 2))).data
+        assert proxy.counts.failed > 0
+    finally:
+        proxy.faults = Faults()
+    np.testing.assert_array_equal(
+        sd.from_sporadik(store, axis=1, **options).compute().todense(), dense
+    )
+
+
+def test_requests_per_operation_are_counted_at_the_store(
+    loopback: tuple[LoopbackS3, S3Proxy],
+) -> None:
+    """Opening reads metadata documents only; a batch fetches each chunk it needs once."""
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(4), (200, 300), 0.05)
+    store, _ = _stores(server, proxy, "obstore")
+    sd.to_sporadik(dense, store, chunk=128)
+    with proxy.counting() as opened:
+        ds = xr.open_dataset(store, engine="sporadik")
+    paths = [path for _, path in opened.log]
+    assert paths and all(path.endswith("zarr.json") for path in paths), paths
+    counts = ds[next(iter(ds.data_vars))]
+    picked = sorted(np.random.default_rng(5).choice(300, 40, replace=False).tolist())
+    with proxy.counting() as batch:
+        values = counts.isel(dim_1=picked).data.todense()
+    np.testing.assert_array_equal(values, dense[:, picked])
+    chunks = [path for method, path in batch.log if method == "GET" and "/c/" in path]
+    assert len(chunks) == len(set(chunks))  # each chunk fetched once
+    assert {path.split("/layouts/")[1].split("/c/")[0] for path in chunks} == {
+        "axis1/indptr",
+        "axis1/indices",
+        "axis1/data",
+    }
+
+
+def test_cluster_workers_write_and_read_through_obstore(
+    loopback: tuple[LoopbackS3, S3Proxy],
+) -> None:
+    from distributed import Client, LocalCluster
+
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(6), (80, 50), 0.2)
+    store, _ = _stores(server, proxy, "obstore")
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 25), asarray=False)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster),
+    ):
+        sd.to_sporadik(x, store, chunk=32, partition_bytes=2000)
+        y = sd.from_sporadik(store, chunks=(20, 50))
         np.testing.assert_array_equal(y.compute().todense(), dense)

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -251,7 +252,16 @@ def test_a_full_file_system_fails_the_write_with_the_cause_and_leaves_no_block(
         with pytest.raises(sporadik.IncompleteError):
             sporadik.describe(disk / "s.zarr")
     finally:
-        subprocess.run(["umount", str(disk)], check=True)
+        _unmount(disk)
+
+
+def _unmount(directory: Path) -> None:
+    """Unmount, waiting for writes still in flight on other threads; detach if they linger."""
+    for _ in range(50):
+        if subprocess.run(["umount", str(directory)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "--lazy", str(directory)], check=True)
 
 
 def test_a_huge_declared_shape_is_refused_before_any_large_allocation(tmp_path: Path) -> None:
