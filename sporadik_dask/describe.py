@@ -153,9 +153,16 @@ def _is_byte_addressable(array: AsyncArray[Any]) -> bool:
 
 
 async def _describe_layout(
-    root: AsyncGroup, entry: LayoutEntry, shape: tuple[int, ...], where: str
+    root: AsyncGroup,
+    entry: LayoutEntry,
+    shape: tuple[int, ...],
+    where: str,
+    opened: dict[str, AsyncArray[Any]] | None = None,
 ) -> LayoutDescription:
-    """One layout, refusing anything that contradicts itself or the block (metadata only)."""
+    """One layout, refusing anything that contradicts itself or the block (metadata only).
+
+    The arrays it opened go into ``opened`` by path, for a reader to use without fetching their
+    documents again."""
     child = await _child(root, entry.path)
     if not isinstance(child, AsyncGroup):
         raise IncompleteError(
@@ -243,7 +250,7 @@ async def _describe_layout(
             f"{label}: maxima has shape {maxima.shape}, but there is one per position "
             f"({positions})."
         )
-    return LayoutDescription(
+    description = LayoutDescription(
         path=entry.path,
         indexed_axis=entry.indexed_axis,
         index_order=entry.index_order,
@@ -257,13 +264,20 @@ async def _describe_layout(
         byte_addressable=all(_is_byte_addressable(arrays[name]) for name in ARRAY_NAMES),
         has_maxima=has_maxima,
     )
+    if opened is not None:
+        for name, array in arrays.items():
+            if name in ARRAY_NAMES or has_maxima:
+                opened[f"{entry.path}/{name}"] = array
+    return description
 
 
-async def describe_group_async(root: AsyncGroup, where: str) -> StoreDescription:
-    """The description of an already-open root group."""
+async def describe_group_async(
+    root: AsyncGroup, where: str, opened: dict[str, AsyncArray[Any]] | None = None
+) -> StoreDescription:
+    """The description of an already-open root group; the arrays it opens go into ``opened``."""
     block = parse_block(root.attrs, where)
     described = await asyncio.gather(
-        *(_describe_layout(root, entry, block.shape, where) for entry in block.layouts)
+        *(_describe_layout(root, entry, block.shape, where, opened) for entry in block.layouts)
     )
     return StoreDescription(
         location=where,

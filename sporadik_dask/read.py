@@ -19,7 +19,7 @@ import numpy.typing as npt
 import zarr
 
 from sporadik_dask.chunks import read_chunks
-from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_async
+from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
 from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
 from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import ARRAY_NAMES, MAXIMA, check_indices
@@ -132,10 +132,22 @@ class StoreReader:
         self.axis = axis
         #: What ``[]`` returns: ``sparse.COO``, or ``sparse.GCXS`` compressed along ``axis``.
         self.format = format
-        self.description = description or run(
-            describe_async(store, storage_options=storage_options)
-        )
         self._opened: dict[str, zarr.Array[Any]] | None = None
+        if description is None:
+            description, self._opened = run(self._describe())
+        self.description = description
+
+    async def _describe(self) -> tuple[StoreDescription, dict[str, zarr.Array[Any]]]:
+        """The description, and the arrays describing opened, kept so that no document is
+        fetched twice (on an object store, each is a round trip)."""
+        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
+        opened: dict[str, Any] = {}
+        description = await describe_group_async(root, location_of(self.store), opened)
+        return description, {path: zarr.Array(array) for path, array in opened.items()}
+
+    def adopt(self, opened: dict[str, Any]) -> None:
+        """Use arrays a description already opened (async arrays by path), fetching nothing."""
+        self._opened = {path: zarr.Array(array) for path, array in opened.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return {

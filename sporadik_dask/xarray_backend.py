@@ -62,8 +62,10 @@ def open_store_dataset(
     import zarr
 
     opened = run(open_group_async(store, mode="r", storage_options=storage_options))
-    description = run(describe_group_async(opened, location_of(store)))
+    arrays: dict[str, Any] = {}
+    description = run(describe_group_async(opened, location_of(store), arrays))
     reader = StoreReader(store, storage_options=storage_options, description=description)
+    reader.adopt(arrays)
     root = zarr.Group(opened)
     labels: dict[str, Any] = dict(root.attrs).get(LABELS_KEY) or {}  # type: ignore[assignment]
     rank = len(reader.shape)
