@@ -91,7 +91,15 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
 
 
 async def _gather(awaitables: list[Any]) -> list[Any]:
-    return list(await asyncio.gather(*awaitables))
+    """Await all, at most zarr's ``async.concurrency`` at a time, as zarr itself does: an object
+    store answers a few dozen requests in flight faster than a thousand at once."""
+    limit = asyncio.Semaphore(max(int(zarr.config.get("async.concurrency") or 10), 1))
+
+    async def bounded(awaitable: Any) -> Any:
+        async with limit:
+            return await awaitable
+
+    return list(await asyncio.gather(*(bounded(a) for a in awaitables)))
 
 
 async def _fetch(path: Any, prototype: Any) -> Any:

@@ -95,16 +95,32 @@ def _elements(
 
 
 def _c_order(
-    coords: npt.NDArray[np.int64], data: npt.NDArray[Any], shape: tuple[int, ...]
+    coords: npt.NDArray[np.int64],
+    data: npt.NDArray[Any],
+    shape: tuple[int, ...],
+    read_order: Sequence[int],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Values in C order, as ``sparse.COO`` keeps them, by stable counting sorts from the last
-    axis to the first (each a no-op where already in order): O(n) rather than sparse's argsort."""
+    """Values in C order, as ``sparse.COO`` keeps them, by stable counting sorts: O(n) rather
+    than sparse's argsort.
+
+    A layout's runs arrive sorted by ``read_order`` (the indexed axis, then ``index_order``).
+    A stable sort by the leading axes ``0..m-1`` alone then leaves ties in read order, which is
+    C order when the other axes follow in ascending order: one pass for a CSC read, none for
+    CSR. Anything else (runs not sorted, from a writer that did not sort them) gets every pass.
+    """
     if data.size < 2:
         return coords, data
+    rank = len(shape)
+    lead = next(
+        m for m in range(rank + 1) if [a for a in read_order if a >= m] == [*range(m, rank)]
+    )
+    for axis in reversed(range(lead)):
+        counts = np.bincount(coords[axis], minlength=shape[axis])
+        coords, data = sort_by_key(coords[axis], counts, coords, data)
     linear = np.ravel_multi_index(tuple(coords), shape)
     if bool(np.all(linear[1:] > linear[:-1])):
         return coords, data
-    for axis in reversed(range(len(shape))):
+    for axis in reversed(range(rank)):
         counts = np.bincount(coords[axis], minlength=shape[axis])
         coords, data = sort_by_key(coords[axis], counts, coords, data)
     return coords, data
@@ -383,15 +399,19 @@ class StoreReader:
             inside[inside] = chosen[spot[inside]] == column[inside]
             keep &= inside
             coords[other] = spot
-        coords, data = _c_order(coords[:, keep], data[keep], out_shape)
+        read_order = (axis, *layout.index_order)
+        coords, data = _c_order(coords[:, keep], data[keep], out_shape, read_order)
+        kept = [a for a in range(len(self.shape)) if a not in dropped]
+        if not kept:  # one cell: a scalar, as sparse and numpy give
+            return data[0] if data.size else np.zeros((), dtype=self.dtype)[()]
+        if dropped:  # a single position each: their coordinates are all 0, C order holds
+            coords, out_shape = coords[kept], tuple(out_shape[a] for a in kept)
         result = sparse.COO(coords, data, shape=out_shape, has_duplicates=False, sorted=True)
-        for other, selected in enumerate(selections):
-            if not np.array_equal(selected, unique[other]):
-                index: list[Any] = [slice(None)] * len(self.shape)
-                index[other] = np.searchsorted(unique[other], selected)
+        for at, other in enumerate(kept):
+            if not np.array_equal(selections[other], unique[other]):
+                index: list[Any] = [slice(None)] * len(kept)
+                index[at] = np.searchsorted(unique[other], selections[other])
                 result = result[tuple(index)]
-        if dropped:
-            result = result[tuple(0 if a in dropped else slice(None) for a in range(result.ndim))]
         return result
 
     def counts(self, axis: int) -> npt.NDArray[np.int64]:

@@ -4,6 +4,7 @@ the dense array's values; routing, waves and request counts are measured at the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import pickle
 import warnings
 from pathlib import Path
@@ -298,3 +299,22 @@ def test_as_the_session_chunk_manager_a_bare_chunks_keeps_sporadik_sparse_and_ot
             ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]]
         )
         np.testing.assert_array_equal(plain.compute().values, np.arange(6.0).reshape(2, 3))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_runs_a_writer_left_unsorted_read_in_c_order(tmp_path: Path, axis: int) -> None:
+    """The format does not require indices sorted within a run; a reader must not assume it."""
+    dense = random_dense(np.random.default_rng(31), (40, 30), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, axes=(axis,), chunk=64)
+    layout = zarr.open_group(path / "layouts" / f"axis{axis}", mode="r+")
+    indptr, indices, data = (layout[n][:] for n in ("indptr", "indices", "data"))
+    for lo, hi in itertools.pairwise(indptr):  # every run reversed
+        indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
+    layout["indices"][:], layout["data"][:] = indices, data
+    reader = sd.StoreReader(path)
+    for key in [(slice(None), slice(None)), ([3, 1, 7], slice(2, 20)), (slice(None), [0, 29, 5])]:
+        result = reader.read(key)
+        linear = np.ravel_multi_index(tuple(result.coords), result.shape)
+        assert np.all(np.diff(linear) > 0)  # C order, as sparse.COO(sorted=True) promises
+        np.testing.assert_array_equal(result.todense(), dense[key])
