@@ -175,12 +175,15 @@ def test_float_coordinates_and_missing_names_are_refused(tmp_path: Path) -> None
         )
 
 
-@pytest.mark.parametrize("kind", ["h5ad-csr", "h5ad-csc", "npz"])
+@pytest.mark.parametrize("kind", ["h5ad-csr", "h5ad-csc", "anndata-zarr-csr", "npz"])
 def test_files_spanning_many_chunks_convert(tmp_path: Path, kind: str) -> None:
     matrix = counts((2_500, 3_000), 0.05, 6).astype(np.float32)  # 375,000 values
     if kind == "npz":
         path = tmp_path / "m.npz"
         sp.save_npz(path, matrix.tocsr())
+    elif kind == "anndata-zarr-csr":
+        path = tmp_path / "m.zarr"
+        anndata.AnnData(matrix.tocsr()).write_zarr(path)
     else:
         path = tmp_path / "m.h5ad"
         x = matrix.tocsr() if kind == "h5ad-csr" else matrix.tocsc()
