@@ -1,12 +1,16 @@
 """Side-by-side benchmarks of writing both layouts and of reading, in one run.
 
-    .venv/bin/python benchmarks/run.py --size full --repeats 3
+    .venv/bin/pip install -e ".[bench]"
+    .venv/bin/python benchmarks/run.py --sizes small full --repeats 3
 
+Contenders: ours (threads; a 2-worker cluster), the reference ``sporadik``, the scipy route,
+anndata (CSR written, converted to CSC, written), TileDB-SOMA (a SparseNDArray ingested), and the
+zarr floor.
 Each contender runs in a fresh process (so its memory is its own), on the same seeded input,
 cached once as ``.npy`` files so that generating it is never timed. Wall time is measured inside
 the process around the work alone; peak memory is the largest summed RSS of the process and its
 children (cluster workers included), sampled every 20 ms. Results are written to
-``docs/benchmarks.md`` with the command that made them.
+``docs/benchmarks.md`` with the command that made them, and plotted beside it.
 """
 
 from __future__ import annotations
@@ -29,10 +33,19 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {
+    "tiny": {"cells": 6_000, "genes": 2_000},  # a check of the harness, in a minute
     "small": {"cells": 60_000, "genes": 20_000},
     "full": {"cells": 300_000, "genes": 20_000},
 }
-WRITERS = ["floor", "ours-threaded", "ours-cluster", "scipy", "reference"]
+WRITERS = [
+    "floor",
+    "ours-threaded",
+    "ours-cluster",
+    "scipy",
+    "reference",
+    "anndata",
+    "tiledbsoma",
+]
 #: Everything after this line of the results page is hand-written and kept across runs.
 DISCUSSION = "<!-- discussion: kept across runs -->"
 
@@ -123,7 +136,37 @@ def _write(name: str, cache: Path, out: Path) -> float:
         started = time.perf_counter()
         sporadik.SparseArray.from_coords(shape, (rows, cols), data).write(out)
         return time.perf_counter() - started
+    if name == "anndata":
+        import anndata
+        import scipy.sparse as sp
+        import zarr
+
+        anndata.settings.zarr_write_format = 3
+        started = time.perf_counter()
+        csr = sp.csr_matrix(sp.coo_matrix((data, (rows, cols)), shape=shape))
+        group = zarr.open_group(out, mode="w", zarr_format=3)
+        anndata.io.write_elem(group, "csr", csr)
+        anndata.io.write_elem(group, "csc", csr.tocsc())
+        return time.perf_counter() - started
+    if name == "tiledbsoma":
+        import pyarrow as pa
+        import tiledbsoma as soma
+
+        started = time.perf_counter()
+        table = pa.Table.from_arrays(
+            [pa.array(rows), pa.array(cols), pa.array(data)],
+            names=["soma_dim_0", "soma_dim_1", "soma_data"],
+        )
+        with soma.SparseNDArray.create(
+            str(out), type=pa.from_numpy_dtype(data.dtype), shape=shape
+        ) as array:
+            array.write(table)
+        return time.perf_counter() - started
     raise ValueError(name)
+
+
+def _size_on_disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def _median_ms(calls: list[Any]) -> float:
@@ -137,63 +180,121 @@ def _median_ms(calls: list[Any]) -> float:
     return 1000 * statistics.median(times)
 
 
-def _reads(store: Path) -> dict[str, float]:
-    """Reads of one store, ours and the reference's, side by side in this one process."""
+READERS = ["ours", "reference", "anndata (read_elem_lazy)", "tiledbsoma"]
+
+
+def _reads(cache: Path) -> dict[str, dict[str, float]]:
+    """Each read by each reader, side by side in this one process: median ms by case.
+
+    Ours and the reference read our store; anndata reads the store anndata wrote, lazily
+    (``read_elem_lazy``: a dask array of scipy chunks); TileDB-SOMA reads its own array.
+    """
     import warnings
     from functools import partial
 
     import dask
     import sporadik
+    import tiledbsoma as soma
     import xarray as xr
     import zarr
+    from anndata.experimental import read_elem_lazy
 
     import sporadik_dask as sd
 
+    store = cache / "ours-threaded.zarr"
     rng = np.random.default_rng(1)
     ds = xr.open_dataset(store, engine="sporadik")
     counts = ds[next(iter(ds.data_vars))]
+    group = zarr.open_group(cache / "anndata.zarr", mode="r")
+    lazy = [read_elem_lazy(group["csr"]), read_elem_lazy(group["csc"])]
+    tiles = soma.open(str(cache / "tiledbsoma.zarr"))
 
     def ours(dim: str, selection: Any) -> Any:
         return counts.isel({dim: selection}).data
 
-    results: dict[str, float] = {}
+    def anndata_lazy(axis: int, selection: Any) -> Any:
+        x = lazy[axis]
+        return (x[selection] if axis == 0 else x[:, selection]).compute()
+
+    def soma_read(axis: int, selection: Any) -> Any:
+        if isinstance(selection, slice):  # SOMA slices include their stop
+            selection = slice(selection.start, selection.stop - 1)
+        coords = (selection,) if axis == 0 else (slice(None), selection)
+        return tiles.read(coords=coords).tables().concat()
+
+    results: dict[str, dict[str, float]] = {}
     with sporadik.open_array(store) as reference:
         for axis, dim in enumerate(counts.dims):
             size = counts.shape[axis]
-            ones = [int(i) for i in rng.integers(0, size, 50)]
+            ones = [int(i) for i in rng.integers(0, size, 20)]
             batches = [np.sort(rng.choice(size, 1000, replace=False)) for _ in range(3)]
             starts = [int(i) for i in rng.integers(0, size - 1000, 3)]
             cases = {
-                "one position": (
-                    [partial(ours, dim, i) for i in ones],
-                    [partial(reference.slice_at, i, axis=axis) for i in ones],
-                ),
-                "1,000 random positions": (
-                    [partial(ours, dim, b) for b in batches],
-                    [partial(reference.slices_at, b, axis=axis) for b in batches],
-                ),
-                "1,000-position range": (
-                    [partial(ours, dim, slice(a, a + 1000)) for a in starts],
-                    [partial(reference.slices_over, a, a + 1000, axis=axis) for a in starts],
-                ),
+                "one position": [int(i) for i in ones],
+                "1,000 random positions": batches,
+                "1,000-position range": [slice(a, a + 1000) for a in starts],
             }
-            for case, (mine, theirs) in cases.items():
-                results[f"{case}, axis {axis}: ours"] = _median_ms(mine)
-                results[f"{case}, axis {axis}: reference"] = _median_ms(theirs)
-    root = zarr.open_group(store, mode="r")
-    for axis in range(counts.ndim):
-        other = 1 - axis
-        for format in ("coo", "gcxs"):
-            x = sd.from_sporadik(store, axis=axis, format=format)
+            for case, selections in cases.items():
+                calls = {
+                    "ours": [partial(ours, dim, x) for x in selections],
+                    "reference": [
+                        partial(reference.slice_at, x, axis=axis)
+                        if isinstance(x, int)
+                        else partial(reference.slices_over, x.start, x.stop, axis=axis)
+                        if isinstance(x, slice)
+                        else partial(reference.slices_at, x, axis=axis)
+                        for x in selections
+                    ],
+                    "anndata (read_elem_lazy)": [
+                        partial(anndata_lazy, axis, x) for x in selections
+                    ],
+                    "tiledbsoma": [partial(soma_read, axis, x) for x in selections],
+                }
+                results[f"{case}, axis {axis}"] = {
+                    reader: _median_ms(reader_calls) for reader, reader_calls in calls.items()
+                }
+                print(case, axis, results[f"{case}, axis {axis}"], flush=True)
+        for axis in range(counts.ndim):
+            other = 1 - axis
+            x = sd.from_sporadik(store, axis=axis, format="gcxs")
             with dask.config.set(scheduler="threads"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                total = partial(lambda x, other: x.sum(axis=other).compute(), x, other)
-                label = f"sum along axis {other}, from_sporadik(axis={axis}, format={format!r})"
-                results[f"{label}: ours"] = _median_ms([total] * 3)
-        layout = root[f"layouts/axis{axis}"]
-        decode = partial(lambda g: [g[n][:] for n in ("data", "indices", "indptr")], layout)
-        results[f"decoding layout {axis}'s three arrays with zarr alone"] = _median_ms([decode] * 3)
+                mine = partial(lambda x, other: x.sum(axis=other).compute(), x, other)
+                theirs = partial(_soma_sum, tiles, other)
+                scipy_chunks = partial(_block_sums, lazy[axis], other)
+                results[f"sum along axis {other}"] = {
+                    "ours": _median_ms([mine] * 3),
+                    "anndata (read_elem_lazy)": _median_ms([scipy_chunks] * 3),
+                    "tiledbsoma": _median_ms([theirs] * 2),
+                }
+            layout = zarr.open_group(store, mode="r")[f"layouts/axis{axis}"]
+            decode = partial(lambda g: [g[n][:] for n in ("data", "indices", "indptr")], layout)
+            results[f"sum along axis {other}"]["zarr decoding the layout alone"] = _median_ms(
+                [decode] * 3
+            )
+            print(f"sum along axis {other}", results[f"sum along axis {other}"], flush=True)
+    tiles.close()
     return results
+
+
+def _block_sums(x: Any, axis: int) -> Any:
+    """A sum over a dask array of scipy chunks, block by block (scipy has no ``keepdims``)."""
+    import dask
+
+    parts = dask.compute(
+        *[dask.delayed(lambda b: b.sum(axis=axis))(b) for b in x.to_delayed().ravel()]
+    )
+    return parts
+
+
+def _soma_sum(array: Any, axis: int) -> Any:
+    """What a SOMA user does for a sum: stream every table and add by coordinate."""
+    keep = 1 - axis
+    total = np.zeros(array.shape[keep])
+    for table in array.read().tables():
+        at, values = table[f"soma_dim_{keep}"].to_numpy(), table["soma_data"].to_numpy()
+        total += np.bincount(at, weights=values, minlength=total.size)
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,7 +352,7 @@ def _make_input(cache: Path, cells: int, genes: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=["small", "full"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--writers", nargs="+", default=WRITERS, choices=WRITERS)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-bench")
@@ -263,83 +364,157 @@ def main() -> None:
         if kind == "write":
             out = Path(cache) / f"{name}.zarr"
             shutil.rmtree(out, ignore_errors=True)
-            print(json.dumps({"seconds": _write(name, Path(cache), out)}))
+            seconds = _write(name, Path(cache), out)
+            print(json.dumps({"seconds": seconds, "bytes": _size_on_disk(out)}))
         else:
-            print(json.dumps(_reads(Path(name))))
+            print(json.dumps(_reads(Path(cache))))
         return
 
-    size = SIZES[args.size]
-    cache = args.work / args.size
-    nnz = _make_input(cache, **size)
-    writes: dict[str, list[tuple[float, int, int]]] = {name: [] for name in args.writers}
-    for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits all alike
-        for name in args.writers:
-            result, (peak, worker) = _run_child(["--child", "write", name, str(cache)])
-            writes[name].append((result["seconds"], peak, worker))
-            print(f"{name}: {result['seconds']:.2f} s, {peak / 2**30:.2f} GiB", flush=True)
-    store = cache / "ours-threaded.zarr"
-    if not store.exists():
-        _run_child(["--child", "write", "ours-threaded", str(cache)])
-    reads, _ = _run_child(["--child", "read", str(store), str(cache)])
-    _report(args, size, nnz, writes, reads)
+    started = time.perf_counter()
+    results = {}
+    for size_name in args.sizes:
+        size = SIZES[size_name]
+        cache = args.work / size_name
+        nnz = _make_input(cache, **size)
+        writes: dict[str, list[dict[str, float]]] = {name: [] for name in args.writers}
+        for _ in range(args.repeats):  # interleaved, so drift on a noisy machine hits all alike
+            for name in args.writers:
+                result, (peak, worker) = _run_child(["--child", "write", name, str(cache)])
+                writes[name].append({**result, "peak": peak, "worker": worker})
+                print(f"{size_name} {name}: {result['seconds']:.2f} s, {peak / 2**30:.2f} GiB")
+        for needed in ("ours-threaded", "anndata", "tiledbsoma"):
+            if not (cache / f"{needed}.zarr").exists():
+                _run_child(["--child", "write", needed, str(cache)])
+        reads, _ = _run_child(["--child", "read", "-", str(cache)])
+        results[size_name] = {"size": size, "nnz": nnz, "writes": writes, "reads": reads}
+    minutes = (time.perf_counter() - started) / 60
+    _report(args, results, minutes)
+    _plot(results, args.output.parent)
 
 
-def _report(
-    args: argparse.Namespace,
-    size: dict[str, int],
-    nnz: int,
-    writes: dict[str, list[tuple[float, int, int]]],
-    reads: dict[str, float],
-) -> None:
-    floor = min(run[0] for run in writes["floor"]) if writes.get("floor") else None
-    command = f".venv/bin/python benchmarks/run.py --size {args.size} --repeats {args.repeats}"
+def _report(args: argparse.Namespace, results: dict[str, Any], minutes: float) -> None:
+    command = (
+        f".venv/bin/python benchmarks/run.py --sizes {' '.join(args.sizes)} "
+        f"--repeats {args.repeats}"
+    )
     lines = [
         "# Benchmarks",
         "",
-        f"Made by `{command}` on {time.strftime('%Y-%m-%d')}, "
+        f"Made by `{command}` on {time.strftime('%Y-%m-%d')} in {minutes:.0f} minutes, "
         f"{platform.machine()} with {os.cpu_count()} cores and "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}.",
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()} "
+        '(the contenders\' packages: `pip install -e ".[bench]"`).',
         "",
-        f"Input: {size['cells']:,} cells x {size['genes']:,} genes, {nnz:,} nonzeros "
-        "(`sporadik_dask.synthetic`, seed 0, skewed genes), float32, in memory before timing.",
+        "Each writer runs in its own process, interleaved across repeats; wall time is of the work "
+        "alone (the input, already in memory as COO columns, is not timed); *peak RSS* is the "
+        "largest summed RSS of the process tree (input and cluster workers included); *x floor* "
+        "is a writer's minimum over the floor's in the same run, the floor being zarr writing "
+        "the six already-sorted arrays (CSR and CSC) on one thread. *anndata* builds CSR with "
+        "scipy, writes it with `write_elem`, converts to CSC and writes that; *tiledbsoma* "
+        "ingests the COO columns into a `SparseNDArray`, which TileDB sorts and tiles in 2-D.",
         "",
-        "## Writing both layouts",
+        "![write time and memory](benchmarks-writes.png)",
         "",
-        "Each contender in its own process, interleaved across repeats; min / median wall time "
-        "of the work alone; the largest summed RSS of the process tree (the input, held in "
-        "memory, included; cluster workers included), and the largest RSS of any one worker. "
-        "*Floor*: zarr writing the six already-sorted arrays, one thread.",
-        "",
-        "| writer | min s | median s | x floor (min) | peak RSS GiB | largest worker GiB |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, runs in writes.items():
-        seconds = [run[0] for run in runs]
-        ratio = f"{min(seconds) / floor:.2f}" if floor else "-"
-        worker = max(run[2] for run in runs)
-        lines.append(
-            f"| {name} | {min(seconds):.2f} | {statistics.median(seconds):.2f} | {ratio} | "
-            f"{max(run[1] for run in runs) / 2**30:.2f} | "
-            f"{f'{worker / 2**30:.2f}' if worker else '-'} |"
-        )
-    lines += [
-        "",
-        "## Reading (our store, written above)",
-        "",
-        "Ours through `xr.open_dataset(..., engine='sporadik')` and `.isel(...).data` (a "
-        "`sparse.COO`), or `from_sporadik(...).sum(...)` for reductions; the reference through "
-        "`open_array(...).slice_at` / `slices_at` / `slices_over`. Median milliseconds.",
-        "",
-        "| read | ms |",
-        "|---|---|",
-        *(f"| {name} | {ms:.1f} |" for name, ms in reads.items()),
+        "![read times](benchmarks-reads.png)",
         "",
     ]
+    for result in results.values():
+        size, writes = result["size"], result["writes"]
+        floor = min(run["seconds"] for run in writes["floor"]) if "floor" in writes else None
+        lines += [
+            f"## {result['nnz'] / 1e6:.1f} M nonzeros ({size['cells']:,} cells x "
+            f"{size['genes']:,} genes, float32)",
+            "",
+            "### Writing both layouts",
+            "",
+            "| writer | min s | median s | x floor (min) | peak RSS GiB | largest worker GiB "
+            "| on disk MiB |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, runs in writes.items():
+            seconds = [run["seconds"] for run in runs]
+            ratio = f"{min(seconds) / floor:.2f}" if floor else "-"
+            worker = max(run["worker"] for run in runs)
+            lines.append(
+                f"| {name} | {min(seconds):.2f} | {statistics.median(seconds):.2f} | {ratio} | "
+                f"{max(run['peak'] for run in runs) / 2**30:.2f} | "
+                f"{f'{worker / 2**30:.2f}' if worker else '-'} | "
+                f"{runs[-1]['bytes'] / 2**20:,.0f} |"
+            )
+        readers = [*READERS, "zarr decoding the layout alone"]
+        lines += [
+            "",
+            "### Reading",
+            "",
+            "Median milliseconds. Ours: `xr.open_dataset(..., engine='sporadik')` then "
+            "`.isel(...).data` (a `sparse.COO`), and `from_sporadik(store, axis=k, "
+            "format='gcxs').sum(...)` for sums; the reference: `slice_at` / `slices_at` / "
+            "`slices_over`; anndata: `read_elem_lazy` of the CSR (axis 0) or CSC (axis 1) group, "
+            "indexed and computed; TileDB-SOMA: `read(coords=...).tables().concat()`, and for "
+            "sums every table streamed and added with `np.bincount`.",
+            "",
+            "| read | " + " | ".join(readers) + " |",
+            "|---|" + "---|" * len(readers),
+        ]
+        for case, by_reader in result["reads"].items():
+            cells = [f"{by_reader[r]:.1f}" if r in by_reader else "-" for r in readers]
+            lines.append(f"| {case} | " + " | ".join(cells) + " |")
+        lines.append("")
     kept = ""
     if args.output.exists() and DISCUSSION in args.output.read_text():
         kept = DISCUSSION + args.output.read_text().split(DISCUSSION, 1)[1]
     args.output.write_text("\n".join(lines) + ("\n" + kept if kept else ""))
     print(f"wrote {args.output}")
+
+
+def _plot(results: dict[str, Any], docs: Path) -> None:
+    """Two figures: writes (time as a ratio to the floor, and peak memory) and reads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = list(results)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    writers = list(next(iter(results.values()))["writes"])
+    width = 0.8 / len(sizes)
+    for i, size_name in enumerate(sizes):
+        writes = results[size_name]["writes"]
+        floor = min(run["seconds"] for run in writes["floor"])
+        label = f"{results[size_name]['nnz'] / 1e6:.1f} M nonzeros"
+        at = np.arange(len(writers)) + i * width
+        ratio = [min(r["seconds"] for r in writes[w]) / floor for w in writers]
+        peak = [max(r["peak"] for r in writes[w]) / 2**30 for w in writers]
+        axes[0].barh(at, ratio, height=width, label=label)
+        axes[1].barh(at, peak, height=width, label=label)
+    for ax, title in zip(axes, ["write time, x zarr floor (min)", "peak RSS, GiB"], strict=True):
+        ax.set_yticks(np.arange(len(writers)) + width * (len(sizes) - 1) / 2, writers)
+        ax.invert_yaxis()
+        ax.set_title(title)
+        ax.legend()
+    axes[0].axvline(1, color="k", lw=0.8)
+    fig.tight_layout()
+    fig.savefig(docs / "benchmarks-writes.png", dpi=110)
+    plt.close(fig)
+
+    largest = results[sizes[-1]]
+    cases = list(largest["reads"])
+    readers = [*READERS, "zarr decoding the layout alone"]
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.8 / len(readers)
+    for i, reader in enumerate(readers):
+        values = [largest["reads"][case].get(reader, np.nan) for case in cases]
+        ax.bar(np.arange(len(cases)) + i * width, values, width=width, label=reader)
+    ax.set_xticks(
+        np.arange(len(cases)) + width * (len(readers) - 1) / 2, cases, rotation=25, ha="right"
+    )
+    ax.set_yscale("log")
+    ax.set_ylabel("median ms (log)")
+    ax.set_title(f"reads at {largest['nnz'] / 1e6:.1f} M nonzeros")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(docs / "benchmarks-reads.png", dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
