@@ -129,12 +129,10 @@ def _open_input(args: argparse.Namespace, staging: Path) -> Any:
                 f"{args.input} is a table: say which columns hold the coordinates with "
                 "--columns (one per axis) and, unless each row counts one, --values."
             )
-        return _table_source(
-            tables.read_table(source, args.columns, args.values, staging),
-            args.shape,
-            args.columns,
-            args.values,
-        )
+        from sporadik_dask.sources import source_of
+
+        frame = tables.read_table(source, args.columns, args.values, staging)
+        return source_of(frame, shape=args.shape, columns=args.columns, values=args.values)
     if args.columns or args.values or args.shape:
         raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
     if tables.is_10x(source):
@@ -150,14 +148,6 @@ def _open_input(args: argparse.Namespace, staging: Path) -> Any:
         "store, a 10x matrix directory, a Parquet or CSV table, a scipy .npz file, or an "
         "existing sporadik store."
     )
-
-
-def _table_source(
-    frame: Any, shape: Sequence[int] | None, columns: Sequence[str], values: str | None
-) -> Any:
-    from sporadik_dask.sources import source_of
-
-    return source_of(frame, shape=shape, columns=columns, values=values)
 
 
 def _tenx_source(tenx: Any) -> Any:
@@ -349,7 +339,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("input")
     convert.add_argument("output")
     convert.add_argument(
-        "--columns", nargs="+", help="a table's coordinate columns, one per axis (names or ints)"
+        "--columns", nargs="+", help="a table's coordinate columns, one per axis, in axis order"
     )
     convert.add_argument("--values", help="a table's value column (default: each row counts 1)")
     convert.add_argument(

@@ -246,10 +246,12 @@ def _from_frame(
     sizes = _frame_shape(shape, columns, labels)
     dtype = tasks.COUNT_DTYPE if values is None else _check_dtype(frame.dtypes[values])
     raw = f"sporadik-frame-{tokenize(frame, sizes, columns, values)}"
+    names_key = f"{raw}-labels"  # once in the graph, not copied into every task
     layer: dict[Key, Any] = {
-        (raw, b): (tasks.frame_piece, key, sizes, columns, values, labels)
+        (raw, b): (tasks.frame_piece, key, sizes, columns, values, names_key)
         for b, key in enumerate(frame.__dask_keys__())
     }
+    layer[names_key] = labels
     source = _merged(raw, layer, sizes, dtype, [frame])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
     return replace(source, labels=names)
@@ -292,7 +294,7 @@ def _merged(
        ``getitem`` per (piece, part) runs where the split ran.
     2. Per part, sort its cells and add up repeats, counting them for ``duplicates="refuse"``.
     """
-    blocks = len(layer)
+    blocks = sum(1 for key in layer if isinstance(key, tuple) and key[0] == raw)
     split, part, merged = f"{raw}-split", f"{raw}-part", f"{raw}-merged"
     for b in range(blocks):
         layer[(split, b)] = (tasks.split_by_cell, (raw, b), shape, blocks)
