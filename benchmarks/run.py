@@ -511,7 +511,7 @@ def _plot(results: dict[str, Any], docs: Path) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("median ms (log)")
     ax.set_title(f"reads at {largest['nnz'] / 1e6:.1f} M nonzeros")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     fig.savefig(docs / "benchmarks-reads.png", dpi=110)
     plt.close(fig)
