@@ -99,13 +99,15 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
     dense = random_dense(np.random.default_rng(2), (60, 90), 0.2)
     store, options = _stores(server, proxy, kind)
     proxy.faults = Faults(every=5)  # every 5th request answers 503 SlowDown, once
-    with proxy.counting() as written:
-        sd.to_sporadik(dense, store, chunk=64, **options)
-    with proxy.counting() as read:
-        values = sd.from_sporadik(store, axis=1, **options).compute().todense()
-        ds = xr.open_dataset(store, engine="sporadik", **options)
-        columns = ds[next(iter(ds.data_vars))].isel(dim_1=[0, 45, 89]).data.todense()
-    proxy.faults = Faults()
+    try:
+        with proxy.counting() as written:
+            sd.to_sporadik(dense, store, chunk=64, **options)
+        with proxy.counting() as read:
+            values = sd.from_sporadik(store, axis=1, **options).compute().todense()
+            ds = xr.open_dataset(store, engine="sporadik", **options)
+            columns = ds[next(iter(ds.data_vars))].isel(dim_1=[0, 45, 89]).data.todense()
+    finally:
+        proxy.faults = Faults()
     assert written.failed > 5 and read.failed > 2  # faults were met, and retried past
     np.testing.assert_array_equal(values, dense)
     np.testing.assert_array_equal(columns, dense[:, [0, 45, 89]])
@@ -120,16 +122,8 @@ def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
     store, options = _stores(server, proxy, kind)
     sd.to_sporadik(dense, store, chunk=64, **options)
     if kind == "fsspec":  # fewer retries, so the refusal comes sooner
-        store, options = (
-            store,
-            {
-                "storage_options": server.storage_options(
-                    proxy.endpoint, retries={"max_attempts": 1}
-                )
-            },
-        )
-    else:
-        store = server.obstore(store.store.prefix, proxy.endpoint)
+        fewer = server.storage_options(proxy.endpoint, retries={"max_attempts": 1})
+        options = {"storage_options": fewer}
     proxy.faults = Faults(paths=r"layouts/axis1/data/c/2$", methods=("GET",))
     try:
         with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
