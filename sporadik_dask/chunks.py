@@ -104,11 +104,21 @@ async def _gather(awaitables: list[Any]) -> list[Any]:
 
 async def _fetch(path: Any, prototype: Any) -> Any:
     """One chunk object, or None when the store says it does not exist (zarr's fill value)."""
+    return await _fetched(path.get(prototype), path)
+
+
+async def _fetched(fetch: Any, what: Any) -> Any:
+    """``fetch`` awaited; a store failure becomes a :class:`FetchError` naming ``what``.
+
+    Decoding errors (zarr raises ``RuntimeError`` or ``ValueError``) pass through unchanged.
+    """
     try:
-        return await path.get(prototype)
+        return await fetch
+    except (RuntimeError, ValueError):
+        raise
     except Exception as failed:
         raise FetchError(
-            f"Could not fetch {path} ({type(failed).__name__}: {failed}). The read stopped "
+            f"Could not fetch {what} ({type(failed).__name__}: {failed}). The read stopped "
             "rather than take zeros for it; the store may be unreachable or overloaded, so "
             "retry, or raise the store's retry settings (storage_options)."
         ) from failed
@@ -127,7 +137,11 @@ def read_chunks(
         if compressors is None:  # zarr reads and decodes these itself
             chunk = int(array.chunks[0])
             fetches += [
-                array._async_array.getitem(slice(int(i) * chunk, (int(i) + 1) * chunk)) for i in ids
+                _fetched(
+                    array._async_array.getitem(slice(int(i) * chunk, (int(i) + 1) * chunk)),
+                    f"chunk {int(i)} of {array.path}",
+                )
+                for i in ids
             ]
         else:
             prototype = default_buffer_prototype()

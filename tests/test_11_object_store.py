@@ -183,3 +183,28 @@ def test_cluster_workers_write_and_read_through_obstore(
         sd.to_sporadik(x, store, chunk=32, partition_bytes=2000)
         y = sd.from_sporadik(store, chunks=(20, 50))
         np.testing.assert_array_equal(y.compute().todense(), dense)
+
+
+def test_a_chunk_zarr_itself_decodes_also_raises_when_it_cannot_be_fetched(
+    loopback: tuple[LoopbackS3, S3Proxy],
+) -> None:
+    """Arrays with codecs this package leaves to zarr (gzip here) go through zarr's own read;
+    a failed fetch there is a FetchError too, never the fill value."""
+    import zarr
+    from zarr.codecs import GzipCodec
+
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(8), (60, 80), 0.3)
+    store, _ = _stores(server, proxy, "obstore")
+    sd.to_sporadik(dense, store, axes=(1,), chunk=64)
+    layout = zarr.open_group(store, mode="r+", path="layouts/axis1")
+    values = layout["data"][:]
+    del layout["data"]
+    layout.create_array("data", data=values, chunks=(64,), compressors=GzipCodec(), fill_value=0)
+    np.testing.assert_array_equal(sd.from_sporadik(store, axis=1).compute().todense(), dense)
+    proxy.faults = Faults(paths=r"layouts/axis1/data/c/1$", methods=("GET",))
+    try:
+        with pytest.raises(sd.FetchError, match=r"chunk 1 of layouts/axis1/data"):
+            sd.StoreReader(store).read((slice(None), slice(None)))
+    finally:
+        proxy.faults = Faults()
