@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,9 @@ def read_chunks(
 ) -> list[list[npt.NDArray[Any]]]:
     """Whole chunks of several 1-D arrays, fetched in one batch: for each ``(array, chunk ids)``,
     the decoded chunks in the order asked (a missing chunk is the fill value, 0)."""
+    local = _local_files(requests)
+    if local is not None:
+        return local
     fetches: list[Any] = []
     plans = []
     for array, ids in requests:
@@ -188,6 +192,55 @@ def _decode_all(jobs: list[tuple[Any, Any, Any]]) -> list[Any]:
         )
 
 
+def _local_files(
+    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
+) -> list[list[npt.NDArray[Any]]] | None:
+    """The same read from a local directory, each chunk read and decoded by one thread.
+
+    Files need no event loop: a thread that opens, reads and decodes a chunk in one step costs
+    a fraction of an asyncio fetch, a hand-off and a decode, which dominates for 128 KB chunks.
+    None when any array is not a local one in codecs this package decodes.
+    """
+    from zarr.storage import LocalStore
+
+    jobs = []
+    for array, ids in requests:
+        store, compressors = array.store_path.store, _compressors(array)
+        if type(store) is not LocalStore or compressors is None:  # a subclass may hook reads
+            return None
+        base = Path(store.root) / array.store_path.path
+        encode = array.metadata.encode_chunk_key
+        jobs += [(array, base / encode((int(i),)), compressors) for i in ids]
+    decoded = _map(lambda job: _decoded(job[0], _read_file(job[1]), job[2]), jobs)
+    results, at = [], 0
+    for _, ids in requests:
+        results.append(decoded[at : at + len(ids)])
+        at += len(ids)
+    return results
+
+
+def _read_file(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as failed:
+        raise FetchError(
+            f"Could not read {path} ({failed}). The read stopped rather than take zeros for it."
+        ) from failed
+
+
+def _map(function: Callable[[Any], Any], jobs: list[Any]) -> list[Any]:
+    """``function`` over ``jobs`` on every core when there are many, in order."""
+    if len(jobs) < PARALLEL_DECODE:
+        return [function(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(function, jobs, chunksize=max(len(jobs) // (4 * workers), 1)))
+
+
 def _decoded(array: zarr.Array[Any], item: Any, compressors: list[Any] | None) -> Any:
     if compressors is None:
         return np.asarray(item)
@@ -195,7 +248,7 @@ def _decoded(array: zarr.Array[Any], item: Any, compressors: list[Any] | None) -
     dtype = np.dtype(array.dtype).newbyteorder("<")
     if item is None:
         return np.zeros(chunk, dtype=array.dtype)
-    decoded: Any = item.to_bytes()
+    decoded: Any = item if isinstance(item, bytes) else item.to_bytes()
     try:
         for compressor in reversed(compressors):
             decoded = compressor.decode(decoded)
