@@ -167,29 +167,20 @@ def read_chunks(
     for (array, ids), compressors in zip(requests, plans, strict=True):
         jobs += [(array, item, compressors) for item in fetched[at : at + len(ids)]]
         at += len(ids)
-    decoded = _decode_all(jobs)
-    results, at = [], 0
-    for _, ids in requests:
-        results.append(decoded[at : at + len(ids)])
-        at += len(ids)
-    return results
+    return _per_request(_map(lambda job: _decoded(*job), jobs), requests)
 
 
 #: Chunks a read decodes before it spreads decoding over threads (zstd releases the GIL).
 PARALLEL_DECODE = 16
 
 
-def _decode_all(jobs: list[tuple[Any, Any, Any]]) -> list[Any]:
-    """Decode fetched chunks, on every core when there are many."""
-    if len(jobs) < PARALLEL_DECODE:
-        return [_decoded(*job) for job in jobs]
-    from concurrent.futures import ThreadPoolExecutor
-
-    workers = os.cpu_count() or 1
-    with ThreadPoolExecutor(workers) as pool:
-        return list(
-            pool.map(lambda job: _decoded(*job), jobs, chunksize=max(len(jobs) // workers, 1))
-        )
+def _per_request(decoded: list[Any], requests: list[tuple[Any, Any]]) -> list[list[Any]]:
+    """Decoded chunks, in request order, cut back into one list per ``(array, chunk ids)``."""
+    results, at = [], 0
+    for _, ids in requests:
+        results.append(decoded[at : at + len(ids)])
+        at += len(ids)
+    return results
 
 
 def _local_files(
@@ -212,11 +203,7 @@ def _local_files(
         encode = array.metadata.encode_chunk_key
         jobs += [(array, base / encode((int(i),)), compressors) for i in ids]
     decoded = _map(lambda job: _decoded(job[0], _read_file(job[1]), job[2]), jobs)
-    results, at = [], 0
-    for _, ids in requests:
-        results.append(decoded[at : at + len(ids)])
-        at += len(ids)
-    return results
+    return _per_request(decoded, requests)
 
 
 def _read_file(path: Path) -> bytes | None:

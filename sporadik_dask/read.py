@@ -150,16 +150,17 @@ class StoreReader:
         self.format = format
         self._opened: dict[str, zarr.Array[Any]] | None = None
         if description is None:
-            description, self._opened = run(self._describe())
+            description, opened = run(self._describe())
+            self.adopt(opened)
         self.description = description
 
-    async def _describe(self) -> tuple[StoreDescription, dict[str, zarr.Array[Any]]]:
+    async def _describe(self) -> tuple[StoreDescription, dict[str, Any]]:
         """The description, and the arrays describing opened, kept so that no document is
         fetched twice (on an object store, each is a round trip)."""
         root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
         opened: dict[str, Any] = {}
         description = await describe_group_async(root, location_of(self.store), opened)
-        return description, {path: zarr.Array(array) for path, array in opened.items()}
+        return description, opened
 
     def adopt(self, opened: dict[str, Any]) -> None:
         """Use arrays a description already opened (async arrays by path), fetching nothing."""

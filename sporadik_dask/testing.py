@@ -7,6 +7,7 @@ Nothing here is imported by the package itself; it needs ``moto[server]`` instal
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import socket
@@ -16,6 +17,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -266,6 +268,15 @@ class S3Proxy:
         with self._server._lock:
             self._server.faults = faults
             self._server._seen = 0
+
+    @contextlib.contextmanager
+    def failing(self, faults: Faults) -> Iterator[None]:
+        """``faults`` in force inside the block, and lifted after it however it ends."""
+        self.faults = faults
+        try:
+            yield
+        finally:
+            self.faults = Faults()
 
     @property
     def counts(self) -> RequestCounts:

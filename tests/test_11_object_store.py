@@ -98,16 +98,13 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(2), (60, 90), 0.2)
     store, options = _stores(server, proxy, kind)
-    proxy.faults = Faults(every=5)  # every 5th request answers 503 SlowDown, once
-    try:
+    with proxy.failing(Faults(every=5)):  # every 5th request answers 503 SlowDown, once
         with proxy.counting() as written:
             sd.to_sporadik(dense, store, chunk=64, **options)
         with proxy.counting() as read:
             values = sd.from_sporadik(store, axis=1, **options).compute().todense()
             ds = xr.open_dataset(store, engine="sporadik", **options)
             columns = ds[next(iter(ds.data_vars))].isel(dim_1=[0, 45, 89]).data.todense()
-    finally:
-        proxy.faults = Faults()
     assert written.failed > 5 and read.failed > 2  # faults were met, and retried past
     np.testing.assert_array_equal(values, dense)
     np.testing.assert_array_equal(columns, dense[:, [0, 45, 89]])
@@ -124,16 +121,13 @@ def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
     if kind == "fsspec":  # fewer retries, so the refusal comes sooner
         fewer = server.storage_options(proxy.endpoint, retries={"max_attempts": 1})
         options = {"storage_options": fewer}
-    proxy.faults = Faults(paths=r"layouts/axis1/data/c/2$", methods=("GET",))
-    try:
+    with proxy.failing(Faults(paths=r"layouts/axis1/data/c/2$", methods=("GET",))):
         with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
             sd.from_sporadik(store, axis=1, **options).compute()
         ds = xr.open_dataset(store, engine="sporadik", **options)
         with pytest.raises(sd.FetchError):
             _ = ds[next(iter(ds.data_vars))].isel(dim_1=list(range(0, 80, 2))).data
         assert proxy.counts.failed > 0
-    finally:
-        proxy.faults = Faults()
     np.testing.assert_array_equal(
         sd.from_sporadik(store, axis=1, **options).compute().todense(), dense
     )
@@ -202,9 +196,9 @@ def test_a_chunk_zarr_itself_decodes_also_raises_when_it_cannot_be_fetched(
     del layout["data"]
     layout.create_array("data", data=values, chunks=(64,), compressors=GzipCodec(), fill_value=0)
     np.testing.assert_array_equal(sd.from_sporadik(store, axis=1).compute().todense(), dense)
-    proxy.faults = Faults(paths=r"layouts/axis1/data/c/1$", methods=("GET",))
-    try:
-        with pytest.raises(sd.FetchError, match=r"chunk 1 of layouts/axis1/data"):
-            sd.StoreReader(store).read((slice(None), slice(None)))
-    finally:
-        proxy.faults = Faults()
+    unfetchable = Faults(paths=r"layouts/axis1/data/c/1$", methods=("GET",))
+    with (
+        proxy.failing(unfetchable),
+        pytest.raises(sd.FetchError, match=r"chunk 1 of layouts/axis1/data"),
+    ):
+        sd.StoreReader(store).read((slice(None), slice(None)))
