@@ -1,28 +1,35 @@
-"""An xarray chunk manager that keeps a lazily opened sparse variable sparse when chunked.
+"""Dask chunks of a lazily opened sporadik variable stay sparse, whatever ``chunks=`` xarray gets.
 
-xarray's own dask manager gives every lazily indexed backend array a numpy ``meta``, and dask's
-getter then densifies each chunk. This one is dask in every other respect: it hands dask the same
-lazy wrapper with a ``sparse.COO`` meta and ``asarray=False``, so dask's own getter (and its slice
-fusion) stays, and chunks stay sparse. It never claims an array as its own, so it never competes
-with dask's manager: ask for it with ``chunked_array_type="sporadik"``.
+xarray's dask manager gives every lazily indexed backend array a numpy ``meta``, and its adapter
+then densifies each chunk (``xarray.namedarray.daskmanager.DaskManager.from_array``); a backend
+has no say in either. Left alone, ``xr.open_dataset(store, engine="sporadik", chunks={})`` would
+turn every chunk of a store dense: gigabytes per block of a single-cell matrix.
+
+So opening a store through the backend hands xarray's dask manager one rule, applied to sporadik
+variables only: they go to dask with a ``sparse.COO`` meta and ``asarray=False``, through dask's
+own getter, so slice fusion stays and chunks stay sparse. Every other array goes to dask's manager
+unchanged. The same rule is also registered as a chunk manager of its own,
+``chunked_array_type="sporadik"``.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from xarray.namedarray.daskmanager import DaskManager
 
-__all__ = ["SporadikChunkManager"]
+__all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse"]
 
 
 class SporadikChunkManager(DaskManager):
     """dask, with sparse meta for lazily opened sporadik variables and dask's own for the rest.
 
-    Only arrays read from a sporadik store are treated differently, so it is also safe as the
-    default for a whole session: ``xr.set_options(chunk_manager="sporadik")``, after which a bare
-    ``chunks={}`` keeps sporadik variables sparse and leaves every other backend as dask does.
+    It never claims an array as its own (dask's manager does), so it never competes with it; as
+    the session's manager (``xr.set_options(chunk_manager="sporadik")``) it is therefore asked to
+    chunk dask data afresh, which it rechunks, with dims left unnamed made whole.
     """
 
     def is_chunked_array(self, data: Any) -> bool:
@@ -30,17 +37,54 @@ class SporadikChunkManager(DaskManager):
 
     def from_array(self, data: Any, chunks: Any, **kwargs: Any) -> Any:
         import dask.array as da
-        import sparse
 
-        backend, whole = _backend_under(data)
-        if backend is None:
-            return super().from_array(data, chunks, **kwargs)
-        kwargs["meta"] = sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype))
-        kwargs["asarray"] = False
-        if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
-            return da.from_array(backend.reader, chunks, **kwargs)
-        kwargs["getitem"] = _getter
-        return da.from_array(data, chunks, **kwargs)
+        if isinstance(data, da.Array):  # as the session's manager, asked to rechunk dask data
+            return data.rechunk(chunks)
+        chunked = _sparse_from_array(data, chunks, kwargs)
+        return super().from_array(data, chunks, **kwargs) if chunked is None else chunked
+
+
+def keep_dask_chunks_sparse() -> None:
+    """Make the dask manager xarray holds keep sporadik variables sparse; idempotent.
+
+    Called each time the backend opens a store, so it holds even after xarray reloads its
+    managers; arrays from any other source take dask's manager's own path.
+    """
+    from xarray.namedarray.parallelcompat import list_chunkmanagers
+
+    manager = list_chunkmanagers().get("dask")
+    if manager is None or getattr(manager.from_array, "keeps_sporadik_sparse", False):
+        return
+    manager.from_array = _keeping_sparse(manager.from_array)  # type: ignore[method-assign]
+
+
+def _keeping_sparse(from_array: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(from_array)
+    def sparse_for_sporadik(data: Any, chunks: Any, **kwargs: Any) -> Any:
+        chunked = _sparse_from_array(data, chunks, kwargs)
+        return from_array(data, chunks, **kwargs) if chunked is None else chunked
+
+    sparse_for_sporadik.keeps_sporadik_sparse = True  # type: ignore[attr-defined]
+    return sparse_for_sporadik
+
+
+def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
+    """A dask array of sparse chunks over a lazily opened sporadik variable, or None for any
+    other array."""
+    import dask.array as da
+    import sparse
+
+    backend, whole = _backend_under(data)
+    if backend is None:
+        return None
+    kwargs = {
+        **kwargs,
+        "meta": sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype)),
+        "asarray": False,
+    }
+    if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
+        return da.from_array(backend.reader, chunks, **kwargs)
+    return da.from_array(data, chunks, getitem=_getter, **kwargs)
 
 
 def _backend_under(data: Any) -> tuple[Any, bool]:
@@ -54,10 +98,14 @@ def _backend_under(data: Any) -> tuple[Any, bool]:
     while data is not None:
         if isinstance(data, SporadikBackendArray):
             return data, whole
-        if isinstance(data, LazilyIndexedArray) and any(k != slice(None) for k in data.key.tuple):
+        if isinstance(data, LazilyIndexedArray) and not all(_whole(k) for k in data.key.tuple):
             whole = False
         data = getattr(data, "array", None)
     return None, False
+
+
+def _whole(key: Any) -> bool:
+    return isinstance(key, slice) and key == slice(None)
 
 
 def _getter(array: Any, key: Any, **kwargs: Any) -> Any:

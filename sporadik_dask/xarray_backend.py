@@ -18,6 +18,7 @@ import xarray as xr
 from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.core import indexing
 
+from sporadik_dask.chunkmanager import keep_dask_chunks_sparse
 from sporadik_dask.describe import describe_group_async
 from sporadik_dask.errors import SporadikError
 from sporadik_dask.read import StoreReader
@@ -61,6 +62,7 @@ def open_store_dataset(
     """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
     import zarr
 
+    keep_dask_chunks_sparse()
     opened = run(open_group_async(store, mode="r", storage_options=storage_options))
     arrays: dict[str, Any] = {}
     description = run(describe_group_async(opened, location_of(store), arrays))

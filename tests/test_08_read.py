@@ -112,9 +112,7 @@ def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
         warnings.simplefilter("ignore", sd.ScanWarning)
         warnings.filterwarnings("ignore", "The specified chunks separate", UserWarning)
         lazy = xr.open_dataset(path, engine="sporadik")["s"]
-        chunked = xr.open_dataset(
-            path, engine="sporadik", chunks={dims[0]: 2}, chunked_array_type="sporadik"
-        )["s"]
+        chunked = xr.open_dataset(path, engine="sporadik", chunks={dims[0]: 2})["s"]
         selection = dict(zip(dims, key, strict=True))
         expected = outer(dense, key)
         lazy_data = lazy.isel(selection).data
@@ -285,20 +283,64 @@ def test_per_position_counts_and_maxima_come_without_reading_values(tmp_path: Pa
         opened.isel(dim_0=slice(0, 5)).sporadik.nnz("dim_1")
 
 
-def test_as_the_session_chunk_manager_a_bare_chunks_keeps_sporadik_sparse_and_others_dense(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"chunks": {}},
+        {"chunks": "auto"},
+        {"chunks": {"dim_0": 3}},
+        {"chunks": 4},
+        {"chunks": {}, "chunked_array_type": "dask"},
+        {"chunks": {}, "chunked_array_type": "sporadik"},
+    ],
+)
+def test_chunks_keep_sporadik_chunks_sparse_and_leave_other_arrays_as_dask_does(
+    tmp_path: Path, how: dict[str, Any]
 ) -> None:
     path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
     xr.Dataset({"v": (("a", "b"), np.arange(6.0).reshape(2, 3))}).to_zarr(tmp_path / "plain.zarr")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The specified chunks separate", UserWarning)
+        ours = xr.open_dataset(path, engine="sporadik", **how)["s"]
+    assert isinstance(ours.data._meta, sparse.COO)
+    assert isinstance(ours.data.blocks[0, 0].compute(), sparse.COO)
+    np.testing.assert_array_equal(
+        ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]]
+    )
+    np.testing.assert_allclose(
+        ours.sum("dim_0", skipna=False).compute().data.todense(), dense.sum(axis=0)
+    )
+    plain = xr.open_dataset(tmp_path / "plain.zarr", engine="zarr", **how)["v"]
+    assert isinstance(plain.data._meta, np.ndarray)
+    np.testing.assert_array_equal(plain.compute().values, np.arange(6.0).reshape(2, 3))
+
+
+def test_chunking_a_lazily_opened_variable_later_keeps_it_sparse(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    lazy = xr.open_dataset(path, engine="sporadik")["s"]
+    for chunked, expected in [
+        (lazy.chunk({"dim_0": 3}), dense),
+        (lazy.isel(dim_1=[3, 1]).chunk(), dense[:, [3, 1]]),
+        (lazy.isel(dim_0=slice(2, 9)).chunk(2), dense[2:9]),
+    ]:
+        assert isinstance(chunked.data._meta, sparse.COO)
+        np.testing.assert_array_equal(chunked.data.compute().todense(), expected)
+    others = xr.DataArray(np.arange(12.0).reshape(3, 4), dims=("x", "y")).chunk({"x": 2})
+    assert isinstance(others.data._meta, np.ndarray) and others.chunks == ((2, 1), (4,))
+    assert others.chunk({"y": 2}).chunks == ((2, 1), (2, 2))  # dask's rechunk, untouched
+
+
+def test_as_the_session_chunk_manager_sporadik_rechunks_dask_data(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    others = xr.DataArray(np.arange(12.0).reshape(3, 4), dims=("x", "y")).chunk({"x": 2})
     with xr.set_options(chunk_manager="sporadik"):
         ours = xr.open_dataset(path, engine="sporadik", chunks={})["s"]
-        plain = xr.open_dataset(tmp_path / "plain.zarr", engine="zarr", chunks={})["v"]
         assert isinstance(ours.data._meta, sparse.COO)
-        assert isinstance(plain.data._meta, np.ndarray)
-        np.testing.assert_array_equal(
-            ours.isel(dim_1=[3, 1]).compute().data.todense(), dense[:, [3, 1]]
-        )
-        np.testing.assert_array_equal(plain.compute().values, np.arange(6.0).reshape(2, 3))
+        np.testing.assert_array_equal(ours.compute().data.todense(), dense)
+        rechunked = others.chunk({"x": 1})
+    assert isinstance(rechunked.data._meta, np.ndarray)
+    assert rechunked.chunks == ((1, 1, 1), (4,))
+    np.testing.assert_array_equal(rechunked.values, np.arange(12.0).reshape(3, 4))
 
 
 @pytest.mark.parametrize("axis", [0, 1])
