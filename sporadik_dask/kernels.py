@@ -13,7 +13,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["sort_by_key"]
+__all__ = ["sort_by_key", "transpose_runs"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -46,6 +46,55 @@ def sort_by_key(
         return rows, data
     try:
         return _scatter(keys, counts, rows, data)
-    except numba.core.errors.TypingError:  # a dtype numba cannot hold, such as float16
+    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks: float16
         order = np.argsort(keys, kind="stable")
         return rows[:, order], data[order]
+
+
+@numba.njit(cache=True, nogil=True)
+def _transpose(keys: Any, lengths: Any, counts: Any, data: Any) -> Any:
+    offsets = np.empty(len(counts), dtype=np.int64)
+    running = 0
+    for key in range(len(counts)):
+        offsets[key] = running
+        running += counts[key]
+    coords = np.empty((2, len(keys)), dtype=np.int64)
+    out_data = np.empty_like(data)
+    i = 0
+    for run in range(len(lengths)):
+        last = -1
+        for _ in range(lengths[run]):
+            key = keys[i]
+            if key <= last:  # a run not strictly ascending: the caller sorts it the long way
+                return coords, out_data, False
+            last = key
+            j = offsets[key]
+            coords[1, j] = run
+            out_data[j] = data[i]
+            offsets[key] = j + 1
+            i += 1
+    j = 0
+    for key in range(len(counts)):
+        for _ in range(counts[key]):
+            coords[0, j] = key
+            j += 1
+    return coords, out_data, True
+
+
+def transpose_runs(
+    keys: npt.NDArray[Any], lengths: npt.NDArray[Any], data: npt.NDArray[Any], extent: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """Runs of a rank-2 layout read across: coordinates ``(key, run)`` and values in C order.
+
+    The runs (``lengths`` values each, ``keys`` ascending within each, in ``[0, extent)``) are
+    the columns of a CSC read; C order is by key, then run. One counting sort writes only the run
+    number and the value at random places, where a general sort would move every coordinate row;
+    the key row is laid down in order afterwards. None when a run is not strictly ascending or a
+    dtype numba cannot hold: the caller then sorts the general way.
+    """
+    counts = np.bincount(keys, minlength=extent)
+    try:
+        coords, out, ordered = _transpose(keys, lengths, counts, data)
+    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks
+        return None
+    return (coords, out) if ordered else None

@@ -21,7 +21,7 @@ import zarr
 from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
 from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
-from sporadik_dask.kernels import sort_by_key
+from sporadik_dask.kernels import sort_by_key, transpose_runs
 from sporadik_dask.spec import ARRAY_NAMES, MAXIMA, check_indices
 from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 
@@ -316,12 +316,16 @@ class StoreReader:
             ids = _chunks_touched(lo[live] // chunk, (hi[live] - 1) // chunk)
             fetches.append((arrays[name], ids))
         contiguous = bool(np.all(lo[1:] == hi[:-1]))
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        within = (
+            None
+            if contiguous
+            else np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        )
         taken = []
         for (array, ids), decoded in zip(fetches, read_chunks(fetches), strict=True):
             chunk = int(array.chunks[0])
             table = np.concatenate(decoded)
-            if contiguous:  # one range of elements over consecutive chunks: a slice, no gather
+            if within is None:  # one range of elements over consecutive chunks: a slice, no gather
                 first = int(lo[0]) - int(ids[0]) * chunk
                 taken.append(table[first : first + total])
                 continue
@@ -386,22 +390,7 @@ class StoreReader:
         ((lo, hi),) = self.brackets([(layout, unique[axis])])
         indices, data = self.runs(layout, lo, hi)
         out_shape = tuple(len(u) for u in unique)
-        coords = np.empty((len(self.shape), data.size), dtype=np.int64)
-        coords[axis] = np.repeat(np.arange(len(unique[axis])), hi - lo)
-        keep = np.ones(data.size, dtype=bool)
-        raveled = np.unravel_index(indices, layout.index_shape)
-        for other, column in zip(layout.index_order, raveled, strict=True):
-            chosen = unique[other]
-            if chosen.size == self.shape[other]:
-                coords[other] = column
-                continue
-            spot = np.searchsorted(chosen, column)
-            inside = spot < chosen.size
-            inside[inside] = chosen[spot[inside]] == column[inside]
-            keep &= inside
-            coords[other] = spot
-        read_order = (axis, *layout.index_order)
-        coords, data = _c_order(coords[:, keep], data[keep], out_shape, read_order)
+        coords, data = self._in_c_order(layout, unique, hi - lo, indices, data)
         kept = [a for a in range(len(self.shape)) if a not in dropped]
         if not kept:  # one cell: a scalar, as sparse and numpy give
             return data[0] if data.size else np.zeros((), dtype=self.dtype)[()]
@@ -414,6 +403,41 @@ class StoreReader:
                 index[at] = np.searchsorted(unique[other], selections[other])
                 result = result[tuple(index)]
         return result
+
+    def _in_c_order(
+        self,
+        layout: LayoutDescription,
+        unique: Selection,
+        lengths: npt.NDArray[np.int64],
+        indices: npt.NDArray[np.int64],
+        data: npt.NDArray[Any],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """Output coordinates and values of the runs read, in C order; values on positions no
+        selection asks for are dropped."""
+        axis = layout.indexed_axis
+        whole = [chosen.size == size for chosen, size in zip(unique, self.shape, strict=True)]
+        if len(self.shape) == 2 and axis == 1 and whole[0]:  # a CSC read: one transpose
+            transposed = transpose_runs(indices, lengths, data, self.shape[0])
+            if transposed is not None:
+                return transposed
+        coords = np.empty((len(self.shape), data.size), dtype=np.int64)
+        coords[axis] = np.repeat(np.arange(len(unique[axis])), lengths)
+        keep: npt.NDArray[np.bool_] | None = None
+        raveled = np.unravel_index(indices, layout.index_shape)
+        for other, column in zip(layout.index_order, raveled, strict=True):
+            chosen = unique[other]
+            if whole[other]:
+                coords[other] = column
+                continue
+            spot = np.searchsorted(chosen, column)
+            inside = spot < chosen.size
+            inside[inside] = chosen[spot[inside]] == column[inside]
+            keep = inside if keep is None else keep & inside
+            coords[other] = spot
+        if keep is not None:
+            coords, data = coords[:, keep], data[keep]
+        out_shape = tuple(len(u) for u in unique)
+        return _c_order(coords, data, out_shape, (axis, *layout.index_order))
 
     def counts(self, axis: int) -> npt.NDArray[np.int64]:
         """Values per position along ``axis``: ``diff(indptr)``, no value read."""

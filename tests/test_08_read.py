@@ -97,6 +97,8 @@ def test_any_selection_reads_the_dense_values_through_the_reader(
         assert np.ndim(result) == 0
         result = sparse.COO.from_numpy(np.asarray(result))
     assert isinstance(result, sparse.COO)
+    if result.ndim:  # C order, as sparse.COO(sorted=True) promises
+        assert np.all(np.diff(np.ravel_multi_index(tuple(result.coords), result.shape)) > 0)
     np.testing.assert_array_equal(result.todense(), outer(dense, key))
 
 
@@ -360,3 +362,17 @@ def test_runs_a_writer_left_unsorted_read_in_c_order(tmp_path: Path, axis: int) 
         linear = np.ravel_multi_index(tuple(result.coords), result.shape)
         assert np.all(np.diff(linear) > 0)  # C order, as sparse.COO(sorted=True) promises
         np.testing.assert_array_equal(result.todense(), dense[key])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8"])
+def test_a_read_across_the_runs_comes_back_in_c_order(tmp_path: Path, dtype: str) -> None:
+    dense = random_dense(np.random.default_rng(5), (60, 40), 0.3).astype(dtype)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, axes=(1,), chunk=64)
+    reader = sd.StoreReader(path)
+    for key in [(slice(None), slice(None)), (slice(None), [5, 2, 9]), (slice(None), 4)]:
+        result = reader.read(key)
+        linear = np.ravel_multi_index(tuple(result.coords), result.shape)
+        assert np.all(np.diff(linear) > 0)
+        assert result.dtype == dense.dtype
+        np.testing.assert_array_equal(result.todense(), outer(dense, key))
