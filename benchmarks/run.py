@@ -181,6 +181,8 @@ def _median_ms(calls: list[Any]) -> float:
 
 
 READERS = ["ours", "reference", "anndata (read_elem_lazy)", "tiledbsoma"]
+#: The route an xarray user takes for a sum: COO chunks, reduced by ``sparse`` itself.
+XARRAY_SUM = "ours via xarray chunks={}"
 
 
 def _reads(cache: Path) -> dict[str, dict[str, float]]:
@@ -254,6 +256,7 @@ def _reads(cache: Path) -> dict[str, dict[str, float]]:
                     reader: _median_ms(reader_calls) for reader, reader_calls in calls.items()
                 }
                 print(case, axis, results[f"{case}, axis {axis}"], flush=True)
+        chunked = xr.open_dataset(store, engine="sporadik", chunks={})[counts.name]
         for axis in range(counts.ndim):
             other = 1 - axis
             x = sd.from_sporadik(store, axis=axis, format="gcxs")
@@ -262,8 +265,12 @@ def _reads(cache: Path) -> dict[str, dict[str, float]]:
                 mine = partial(lambda x, other: x.sum(axis=other).compute(), x, other)
                 theirs = partial(_soma_sum, tiles, other)
                 scipy_chunks = partial(_block_sums, lazy[axis], other)
+                through_xarray = partial(
+                    lambda dim: chunked.sum(dim, skipna=False).compute(), counts.dims[other]
+                )
                 results[f"sum along axis {other}"] = {
                     "ours": _median_ms([mine] * 3),
+                    XARRAY_SUM: _median_ms([through_xarray] * 2),
                     "anndata (read_elem_lazy)": _median_ms([scipy_chunks] * 3),
                     "tiledbsoma": _median_ms([theirs] * 2),
                 }
@@ -441,14 +448,16 @@ def _report(args: argparse.Namespace, results: dict[str, Any], minutes: float) -
                 f"{f'{worker / 2**30:.2f}' if worker else '-'} | "
                 f"{runs[-1]['bytes'] / 2**20:,.0f} |"
             )
-        readers = [*READERS, "zarr decoding the layout alone"]
+        readers = [*READERS, XARRAY_SUM, "zarr decoding the layout alone"]
         lines += [
             "",
             "### Reading",
             "",
             "Median milliseconds. Ours: `xr.open_dataset(..., engine='sporadik')` then "
             "`.isel(...).data` (a `sparse.COO`), and `from_sporadik(store, axis=k, "
-            "format='gcxs').sum(...)` for sums; the reference: `slice_at` / `slices_at` / "
+            "format='gcxs').sum(...)` for sums (and, in its own column, the xarray route: "
+            "`open_dataset(..., chunks={})` then `.sum(dim, skipna=False)`, chunks of `sparse.COO` "
+            "reduced by `sparse`); the reference: `slice_at` / `slices_at` / "
             "`slices_over`; anndata: `read_elem_lazy` of the CSR (axis 0) or CSC (axis 1) group, "
             "indexed and computed; TileDB-SOMA: `read(coords=...).tables().concat()`, and for "
             "sums every table streamed and added with `np.bincount`.",
