@@ -13,7 +13,6 @@ in ``docs/benchmarks.md``, with the command that made them.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from page import replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- requests: made by benchmarks/requests.py -->"
@@ -174,14 +174,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     section = _section(args, measure(args.cells, args.genes))
-    page = args.output.read_text()
-    if BEGIN in page:
-        page = re.sub(
-            re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, page, flags=re.S
-        )
-    else:
-        page = page.rstrip("\n") + "\n\n" + section + "\n"
-    args.output.write_text(page)
+    replace_section(args.output, BEGIN, END, section)
     print(section)
 
 

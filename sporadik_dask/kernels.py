@@ -17,13 +17,20 @@ __all__ = ["sort_by_key", "transpose_runs"]
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter(keys: Any, counts: Any, rows: Any, data: Any) -> Any:
-    """Stable counting sort of the columns of ``rows`` and of ``data`` by ``keys``."""
+def _starts(counts: Any) -> Any:
+    """Where each key's values begin in the sorted output: the exclusive running sum of counts."""
     offsets = np.empty(len(counts), dtype=np.int64)
     running = 0
     for key in range(len(counts)):
         offsets[key] = running
         running += counts[key]
+    return offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(keys: Any, counts: Any, rows: Any, data: Any) -> Any:
+    """Stable counting sort of the columns of ``rows`` and of ``data`` by ``keys``."""
+    offsets = _starts(counts)
     out_rows = np.empty_like(rows)
     out_data = np.empty_like(data)
     for i in range(len(keys)):
@@ -53,11 +60,7 @@ def sort_by_key(
 
 @numba.njit(cache=True, nogil=True)
 def _transpose(keys: Any, lengths: Any, counts: Any, data: Any) -> Any:
-    offsets = np.empty(len(counts), dtype=np.int64)
-    running = 0
-    for key in range(len(counts)):
-        offsets[key] = running
-        running += counts[key]
+    offsets = _starts(counts)
     coords = np.empty((2, len(keys)), dtype=np.int64)
     out_data = np.empty_like(data)
     i = 0
