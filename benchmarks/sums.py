@@ -31,6 +31,7 @@ ROUTES = {
     "xarray, chunks={}, .sum(dim)": "xarray-skipna",
     "xarray, chunks={}, .sum(dim, skipna=False)": "xarray",
     "from_sporadik(axis=k, format='gcxs').sum(...)": "gcxs",
+    "da.sporadik.totals(kept dim)": "totals",
 }
 
 
@@ -47,6 +48,10 @@ def _child(store: str, route: str, axis: int) -> None:
         if route == "gcxs":  # the layout whose runs the sum runs along
             x = sd.from_sporadik(store, axis=1 - axis, format="gcxs")
             result = x.sum(axis=axis).compute()
+        elif route == "totals":
+            ds = xr.open_dataset(store, engine="sporadik")
+            counts = ds[next(iter(ds.data_vars))]
+            result = counts.sporadik.totals(counts.dims[1 - axis]).data
         else:
             ds = xr.open_dataset(store, engine="sporadik", chunks={})
             counts = ds[next(iter(ds.data_vars))]

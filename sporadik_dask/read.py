@@ -126,6 +126,16 @@ def _c_order(
     return coords, data
 
 
+#: Chunks of ``data`` :meth:`StoreReader.totals` decodes at a time (2 Mi values at 128 KB chunks).
+TOTALS_BATCH = 64
+
+
+def _accumulator(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The 64-bit type sums of ``dtype`` accumulate in."""
+    kinds = {"f": np.float64, "c": np.complex128, "u": np.uint64}
+    return np.dtype(kinds.get(dtype.kind, np.int64))
+
+
 class StoreReader:
     """A store's description and lazily opened arrays; pickles as a location, never a handle."""
 
@@ -445,6 +455,34 @@ class StoreReader:
         layout.check_whole_read(self.location)
         ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
         return hi - lo
+
+    def totals(self, axis: int) -> npt.NDArray[Any]:
+        """Sum of the values at each position along ``axis``, over every other axis.
+
+        Read from the layout making ``axis`` contiguous: its ``data`` and ``indptr`` alone (no
+        index is read, nothing is sorted), ``TOTALS_BATCH`` chunks at a time, so memory stays
+        bounded whatever the store's size. Sums accumulate in 64 bits (float64, int64 or uint64).
+        """
+        layout = self._layout_for(axis)
+        layout.check_whole_read(self.location)
+        ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
+        totals = np.zeros(layout.positions, dtype=_accumulator(layout.dtype))
+        data, chunk = self._arrays(layout)["data"], layout.chunks["data"]
+        end = int(hi[-1]) if hi.size else 0  # values past the last run belong to no position
+        chunk_count = -(-end // chunk)
+        for first in range(0, chunk_count, TOTALS_BATCH):
+            ids = np.arange(first, min(first + TOTALS_BATCH, chunk_count), dtype=np.int64)
+            (decoded,) = read_chunks([(data, ids)])
+            start = first * chunk
+            values = np.concatenate(decoded)[: end - start]
+            stop = start + values.size
+            # positions whose runs meet [start, stop), and the part of each run inside it
+            since = np.clip(lo, start, stop) - start
+            until = np.clip(hi, start, stop) - start
+            meet = np.flatnonzero(until > since)
+            if meet.size:  # runs are consecutive, so each sum ends where the next begins
+                totals[meet] += np.add.reduceat(values, since[meet], dtype=totals.dtype)
+        return totals
 
     def maxima(self, axis: int) -> npt.NDArray[Any]:
         """Largest absolute value per position along ``axis``, as stored at write time."""

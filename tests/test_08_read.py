@@ -285,6 +285,36 @@ def test_per_position_counts_and_maxima_come_without_reading_values(tmp_path: Pa
         opened.isel(dim_0=slice(0, 5)).sporadik.nnz("dim_1")
 
 
+@SETTINGS
+@given(case=stores(), dtype=st.sampled_from(["float32", "float64", "int32", "uint8"]))
+def test_totals_are_the_dense_sums_along_every_present_layout(
+    tmp_path_factory: pytest.TempPathFactory, case: Any, dtype: str
+) -> None:
+    dense, orders, _ = case
+    dense = dense.astype(dtype)
+    path = write_reference(tmp_path_factory.mktemp("s") / "s.zarr", dense, orders, chunk=2)
+    reader = sd.StoreReader(path)
+    for axis in orders:
+        others = tuple(a for a in range(dense.ndim) if a != axis)
+        expected = dense.sum(axis=others, dtype=np.float64 if dtype[0] == "f" else None)
+        np.testing.assert_allclose(reader.totals(axis), expected, rtol=1e-6)
+
+
+def test_totals_read_values_and_indptr_and_never_an_index(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(4), (300, 200), 0.1)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=16)
+    store = RecordingStore(LocalStore(path, read_only=True))
+    opened = xr.open_dataset(store, engine="sporadik")["data"]
+    store.reads.clear()
+    per_gene = opened.sporadik.totals("dim_1")
+    np.testing.assert_allclose(per_gene, dense.sum(axis=0, dtype=np.float64), rtol=1e-6)
+    assert per_gene.dims == ("dim_1",) and per_gene.name == "totals"
+    read = {key.split("/c/")[0] for key in store.reads if "/c/" in key}
+    assert read == {"layouts/axis1/indptr", "layouts/axis1/data"}, read
+    data_chunks = [key for key in store.reads if key.startswith("layouts/axis1/data/c/")]
+    assert len(data_chunks) == len(set(data_chunks)) == -(-np.count_nonzero(dense) // 16)
+
+
 @pytest.mark.parametrize(
     "how",
     [
