@@ -306,6 +306,21 @@ def _demo(args: argparse.Namespace) -> None:
     detected = counts.sporadik.nnz("gene")
     top = int(detected.argmax("gene"))
     print(f"  most detected gene: position {top}, in {int(detected[top]):,} cells (from indptr)")
+    started = time.perf_counter()
+    totals = counts.sporadik.totals("gene")
+    print(
+        f"  total counts per gene: {float(totals.sum()):,.0f} in all, "
+        f"{1000 * (time.perf_counter() - started):.1f} ms (values and indptr, no index)"
+    )
+    chunked = xr.open_dataset(args.output, engine="sporadik", chunks={})[counts.name]
+    per_cell = chunked.sum("gene", skipna=False).compute()
+    same = np.allclose(per_cell.data.todense(), counts.sporadik.totals("cell"))
+    print(
+        f"with chunks={{}}: a dask array, chunks {chunked.data.chunksize} of "
+        f"{type(chunked.data._meta).__name__}; a sum per cell gives a "
+        f"{type(per_cell.data).__name__} {per_cell.shape}, {'equal' if same else 'NOT equal'} "
+        "to the totals per cell"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
