@@ -104,10 +104,16 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
         with proxy.counting() as read:
             values = sd.from_sporadik(store, axis=1, **options).compute().todense()
             ds = xr.open_dataset(store, engine="sporadik", **options)
-            columns = ds[next(iter(ds.data_vars))].isel(dim_1=[0, 45, 89]).data.todense()
+            name = next(iter(ds.data_vars))
+            columns = ds[name].isel(dim_1=[0, 45, 89]).data.todense()
+            totals = ds[name].sporadik.totals("dim_1")
+            chunked = xr.open_dataset(store, engine="sporadik", chunks={}, **options)[name]
+            per_row = chunked.sum("dim_1", skipna=False).compute().data.todense()
     assert written.failed > 5 and read.failed > 2  # faults were met, and retried past
     np.testing.assert_array_equal(values, dense)
     np.testing.assert_array_equal(columns, dense[:, [0, 45, 89]])
+    np.testing.assert_allclose(totals, dense.sum(axis=0, dtype=np.float64), rtol=1e-6)
+    np.testing.assert_allclose(per_row, dense.sum(axis=1), rtol=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["fsspec", "obstore"])
@@ -127,6 +133,8 @@ def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
         ds = xr.open_dataset(store, engine="sporadik", **options)
         with pytest.raises(sd.FetchError):
             _ = ds[next(iter(ds.data_vars))].isel(dim_1=list(range(0, 80, 2))).data
+        with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
+            ds[next(iter(ds.data_vars))].sporadik.totals("dim_1")
         assert proxy.counts.failed > 0
     np.testing.assert_array_equal(
         sd.from_sporadik(store, axis=1, **options).compute().todense(), dense
