@@ -476,12 +476,15 @@ class StoreReader:
             start = first * chunk
             values = np.concatenate(decoded)[: end - start]
             stop = start + values.size
-            # positions whose runs meet [start, stop), and the part of each run inside it
-            since = np.clip(lo, start, stop) - start
-            until = np.clip(hi, start, stop) - start
+            # the positions whose runs meet [start, stop) (indptr is sorted, so a bisection finds
+            # them and each batch costs its own runs, not every position), and each run's part
+            first_p = int(np.searchsorted(hi, start, side="right"))
+            last_p = int(np.searchsorted(lo, stop, side="left"))
+            since = np.clip(lo[first_p:last_p], start, stop) - start
+            until = np.clip(hi[first_p:last_p], start, stop) - start
             meet = np.flatnonzero(until > since)
             if meet.size:  # runs are consecutive, so each sum ends where the next begins
-                totals[meet] += np.add.reduceat(values, since[meet], dtype=totals.dtype)
+                totals[first_p + meet] += np.add.reduceat(values, since[meet], dtype=totals.dtype)
         return totals
 
     def maxima(self, axis: int) -> npt.NDArray[Any]:
