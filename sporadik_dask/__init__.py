@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
 from sporadik_dask.errors import (
+    AbsentChunkError,
     AbsentChunkWarning,
     FetchError,
     IncompleteError,
@@ -34,6 +35,7 @@ del PackageNotFoundError, version
 
 __all__ = [
     "SPEC_VERSION",
+    "AbsentChunkError",
     "AbsentChunkWarning",
     "FetchError",
     "IncompleteError",

@@ -8,6 +8,9 @@ numbers from the wrong cells, or the right count of zeros, without raising anyth
 from __future__ import annotations
 
 __all__ = [
+    "AbsentChunkError",
+    "AbsentChunkWarning",
+    "FetchError",
     "IncompleteError",
     "LayoutError",
     "ScanWarning",
@@ -44,6 +47,14 @@ class StoreExistsError(SporadikError, FileExistsError):
 
 class ScanWarning(UserWarning):
     """A selection was answered by scanning a layout, since the one that compresses it is absent."""
+
+
+class AbsentChunkError(LayoutError):
+    """A chunk inside an array's extent has no object, and the layout does not prove it zeros.
+
+    zarr reads such a chunk as the fill value, so every reader would return wrong values there
+    without an error; :func:`~sporadik_dask.validate` refuses it unless told ``absent="warn"``.
+    """
 
 
 class AbsentChunkWarning(UserWarning):

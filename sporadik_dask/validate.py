@@ -3,66 +3,101 @@
 :func:`describe` makes the checks that need only metadata; this adds those that need the arrays
 (``indptr`` starts at 0, never decreases and ends at nnz; every index lies inside the raveled
 extent; every chunk decodes), decoding a batch of zarr chunks at a time so memory stays bounded
-whatever the store's size. It also lists each array's chunk objects and warns of any that are
-absent: zarr reads those as zeros, legitimately when they held only zeros, and silently when an
-object was lost after the store was finished.
+whatever the store's size. It also lists each array's chunk objects: zarr reads an absent one as
+zeros, legitimately when it held only zeros, and silently when an object was lost after the store
+was finished. An absent chunk whose zeros the layout itself proves (leading zeros of ``indptr``, an
+``indices`` chunk every element of which starts a run, ``maxima`` of empty positions) passes; any
+other is refused, since every reader would return wrong values from it without a word.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import zarr
 
 from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
-from sporadik_dask.errors import AbsentChunkWarning
-from sporadik_dask.spec import check_indices, check_indptr
+from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, SporadikError
+from sporadik_dask.spec import MAXIMA, check_indices, check_indptr
 from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 
-__all__ = ["validate", "validate_layout"]
+__all__ = ["Absent", "validate", "validate_layout"]
+
+#: What :func:`validate` does about an absent chunk the layout does not prove to be zeros.
+Absent = Literal["error", "warn"]
 
 #: Zarr chunks decoded per batch while validating: memory stays at a few tens of MB.
 CHUNKS_AT_ONCE = 64
 
 
-def validate_layout(group: zarr.Group, layout: LayoutDescription, where: str) -> None:
+def validate_layout(
+    group: zarr.Group, layout: LayoutDescription, where: str, absent: Absent = "error"
+) -> None:
     """Decode every chunk of one described layout and run the data checks over it."""
     label = f"Layout {layout.path!r} in {where}"
     layout.check_whole_read(where)
     arrays: dict[str, Any] = {name: group[name] for name in ("indptr", "indices", "data")}
+    if layout.has_maxima:
+        arrays[MAXIMA] = group[MAXIMA]
     indptr = np.concatenate(_chunks(arrays["indptr"], layout.positions + 1, 0, None))
     check_indptr(indptr[: layout.positions + 1], layout.nnz, label)
+    indptr = indptr[: layout.positions + 1].astype(np.int64, copy=False)
     step = CHUNKS_AT_ONCE * layout.chunks["indices"]
     for start in range(0, layout.nnz, step):
         stop = min(start + step, layout.nnz)
         indices = np.concatenate(_chunks(arrays["indices"], layout.nnz, start, stop))
         check_indices(indices[: stop - start], layout.extent, label)
         _chunks(arrays["data"], layout.nnz, start, stop)
+    unproven = {}
     for name, array in arrays.items():
-        absent = run(absent_chunks(array))
-        if name == "indptr":
-            absent = [
-                i for i in absent if not _certainly_zero(indptr, (i + 1) * layout.chunks[name])
-            ]
-        if absent:
-            shown = ", ".join(str(i) for i in absent[:10]) + (" ..." if len(absent) > 10 else "")
-            warnings.warn(
-                f"{label}: {len(absent)} of the {array.nchunks} chunks of {name!r} (ids {shown}) "
-                "have no object and read as zeros. Writers leave out chunks holding only "
-                "zeros, so this can be legitimate, but stored zeros are rare: if the store was "
-                "copied or synced, compare it with its source.",
-                AbsentChunkWarning,
-                stacklevel=3,
-            )
+        chunk = int(array.chunks[0])
+        ids = [i for i in run(absent_chunks(array)) if not _proven_zero(name, indptr, i, chunk)]
+        if ids:
+            unproven[name] = (ids, array.nchunks)
+    if not unproven:
+        return
+    found = "; ".join(
+        f"{len(ids)} of the {total} chunks of {name!r} (ids "
+        + ", ".join(str(i) for i in ids[:10])
+        + (" ..." if len(ids) > 10 else "")
+        + ")"
+        for name, (ids, total) in unproven.items()
+    )
+    message = (
+        f"{label}: {found} have no object and read as zeros, which the layout's own runs do not "
+        "account for: every reader returns wrong values there without an error. If the store was "
+        "copied or synced, copy it again from its source."
+    )
+    if absent == "error":
+        raise AbsentChunkError(message)
+    warnings.warn(message, AbsentChunkWarning, stacklevel=3)
 
 
-def _certainly_zero(indptr: Any, end: int) -> bool:
-    """Whether ``indptr`` must be zero before ``end``: it starts at 0 and never decreases, so
-    it is when its value at ``end`` (or its last, for a chunk at the end) is 0."""
-    return bool(indptr[min(end, len(indptr) - 1)] == 0)
+def _proven_zero(name: str, indptr: npt.NDArray[np.int64], chunk_id: int, chunk: int) -> bool:
+    """Whether the layout itself proves an absent chunk of ``name`` held only zeros.
+
+    ``indptr`` starts at 0 and never decreases, so its absent chunk is zeros when its value after
+    the chunk is 0. Indices in a run strictly increase, so a run of zeros is at most one long and
+    opens its run: an ``indices`` chunk is zeros when each of its elements starts a run. A
+    position's ``maxima`` is 0 when its run is empty. Stored values of 0 are not expected, so an
+    absent ``data`` chunk is never proven.
+    """
+    first, last = chunk_id * chunk, (chunk_id + 1) * chunk
+    if name == "indptr":
+        return bool(indptr[min(last, len(indptr) - 1)] == 0)
+    if name == "indices":
+        stop = min(last, int(indptr[-1]))
+        starts = np.unique(indptr[:-1][indptr[1:] > indptr[:-1]])
+        lo, hi = np.searchsorted(starts, [first, stop])
+        return bool(hi - lo == max(stop - first, 0))
+    if name == MAXIMA:
+        runs = np.diff(indptr)[first:last]
+        return bool(np.all(runs == 0))
+    return False
 
 
 async def absent_chunks(array: Any) -> list[int]:
@@ -86,9 +121,15 @@ def _chunks(array: Any, length: int, start: int, stop: int | None) -> list[Any]:
 
 
 def validate(
-    store: StoreLike, *, storage_options: dict[str, Any] | None = None
+    store: StoreLike, *, storage_options: dict[str, Any] | None = None, absent: Absent = "error"
 ) -> StoreDescription:
-    """Describe ``store`` and run every check that reads data; raise on the first failure."""
+    """Describe ``store`` and run every check that reads data; raise on the first failure.
+
+    ``absent="warn"`` turns the refusal of absent chunks the layout does not prove to be zeros
+    into an :class:`~sporadik_dask.errors.AbsentChunkWarning`, for a store known to hold zeros.
+    """
+    if absent not in ("error", "warn"):
+        raise SporadikError(f"absent={absent!r}; choose 'error' or 'warn'.")
     where = location_of(store)
     root = run(open_group_async(store, mode="r", storage_options=storage_options))
     description = run(describe_group_async(root, where))
@@ -96,5 +137,5 @@ def validate(
     for layout in description.layouts.values():
         child = group[layout.path]
         assert isinstance(child, zarr.Group)  # described already
-        validate_layout(child, layout, where)
+        validate_layout(child, layout, where, absent)
     return description

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,23 +63,46 @@ def test_validate_reads_indices_one_zarr_chunk_at_a_time_and_passes_a_good_store
     assert description.layouts[0].chunks["indices"] == 64
 
 
-def test_an_absent_chunk_is_named_by_validate_and_a_complete_store_warns_of_none(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_an_absent_chunk_the_layout_does_not_account_for_fails_validate_unless_downgraded(
+    tmp_path: Path,
 ) -> None:
-    import warnings
-
-    from sporadik_dask.cli import main
-
     dense = random_dense(np.random.default_rng(9), (60, 40), 0.3)
     path = tmp_path / "s.zarr"
     sd.to_sporadik(dense, path, chunk=64)
     with warnings.catch_warnings():
         warnings.simplefilter("error", sd.AbsentChunkWarning)
-        sd.validate(path)  # every chunk present: no warning
+        sd.validate(path)  # every chunk present: no warning, no error
     (path / "layouts" / "axis1" / "data" / "c" / "3").unlink()  # lost after the block
-    with pytest.warns(
-        sd.AbsentChunkWarning, match=r"axis1.*1 of the \d+ chunks of 'data' \(ids 3\)"
+    with pytest.raises(
+        sd.AbsentChunkError, match=r"axis1.*1 of the \d+ chunks of 'data' \(ids 3\)"
     ):
         sd.validate(path)
-    assert main(["validate", str(path)]) == 0
-    assert "warning: Layout 'layouts/axis1'" in capsys.readouterr().err
+    with pytest.warns(sd.AbsentChunkWarning, match=r"chunks of 'data' \(ids 3\)"):
+        sd.validate(path, absent="warn")
+
+
+def test_a_deleted_indices_chunk_that_reads_wrong_values_fails_validate(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(10), (80, 50), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=64)
+    (path / "layouts" / "axis0" / "indices" / "c" / "2").unlink()
+    with sporadik.open_array(path) as reference:  # every reader reads wrong values...
+        wrong = reference.slices_at(np.arange(80), axis=0).to_dense()
+    assert not np.array_equal(wrong, dense)
+    with pytest.raises(sd.AbsentChunkError, match="'indices' \\(ids 2\\)"):
+        sd.validate(path)  # ...so validate refuses it
+
+
+def test_absent_chunks_the_layout_proves_to_be_zeros_pass_validate(tmp_path: Path) -> None:
+    # A column vector: every run is one value at index 0, and the first 40 rows are empty, so
+    # zarr leaves out the all-zero chunks of indices, of maxima and the leading ones of indptr.
+    dense = np.zeros((200, 1), dtype=np.float32)
+    dense[40:, 0] = np.arange(1, 161)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=16, axes=(0,))
+    layout = path / "layouts" / "axis0"
+    assert not (layout / "indices" / "c" / "0").exists()
+    assert not (layout / "maxima" / "c" / "0").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sd.AbsentChunkWarning)
+        sd.validate(path)
