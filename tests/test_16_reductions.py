@@ -1,0 +1,68 @@
+"""Reductions from fields: each equals numpy's over the dense array, values, dtype and NaN."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+
+from sporadik_dask import reductions
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]
+AXES = [(0,), (1,), (2,), (0, 2), (0, 1, 2)]
+
+
+def _numpy(op: str, skipna: bool) -> Callable[..., Any]:
+    if op == "count":
+        return lambda a, axis: np.sum(~np.isnan(a.astype(np.float64)), axis=axis)
+    name = ("nan" if skipna else "") + op
+    return getattr(np, name)  # type: ignore[no-any-return]
+
+
+def _dense(dtype: Any) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    dense = ((rng.random((30, 20, 5)) < 0.2) * rng.integers(-5, 9, (30, 20, 5))).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        dense[3, 4, 1] = np.nan  # one NaN in a cell
+        dense[5, :, 2] = np.nan  # a whole line of NaN
+    return dense
+
+
+@pytest.mark.parametrize("skipna", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
+@pytest.mark.parametrize("op", reductions.OPS)
+def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the_dense_array(
+    op: reductions.Op, dtype: Any, skipna: bool
+) -> None:
+    if not reductions.supported(op, np.dtype(dtype)):
+        pytest.skip(f"{op} of {np.dtype(dtype)} takes xarray's own path")
+    dense = _dense(dtype)
+    coo = sparse.COO.from_numpy(dense)
+    blocks = da.from_array(coo, chunks=(7, 6, 5), asarray=False)
+    for axes in AXES:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.asarray(_numpy(op, skipna)(dense, axis=axes))
+            from_coords = reductions.reduce_coo(coo, op, axes, skipna=skipna)
+            from_blocks = reductions.reduce_dask(blocks, op, axes, skipna=skipna).compute()
+        for got in (from_coords, from_blocks):
+            assert got.shape == expected.shape
+            if op != "count":
+                assert got.dtype == expected.dtype, (op, axes)
+            # numpy accumulates float32 in float32; fields accumulate in float64
+            np.testing.assert_allclose(
+                got.astype(np.float64), expected.astype(np.float64), rtol=2e-5, equal_nan=True
+            )
+
+
+def test_a_dask_reduction_builds_no_dense_block_and_keeps_its_result_small() -> None:
+    coo = sparse.random((4000, 3000), density=0.001, random_state=0, format="coo")
+    blocks = da.from_array(coo, chunks=(500, 3000), asarray=False)
+    result = reductions.reduce_dask(blocks, "mean", (0,), skipna=True)
+    assert isinstance(result._meta, np.ndarray) and result.shape == (3000,)
+    np.testing.assert_allclose(result.compute(), coo.todense().mean(axis=0))
