@@ -6,7 +6,7 @@
 - ``dataset``: a store to a Dataset of one lazy variable, with the labels the writer stored.
 - ``array``: ``SporadikBackendArray``, the lazy array handing every selection to the reader.
 - ``chunkmanager``: keeps the dask chunks of sporadik variables sparse under ``chunks=``.
-- ``accessor``: ``.sporadik``, per-position statistics; registered by importing the package.
+- ``accessor``: ``.sporadik``, per-position statistics; registered by ``import sporadik_dask``.
 
 This package module imports nothing, so loading the entry point loads only what it needs.
 """
