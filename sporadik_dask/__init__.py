@@ -2,13 +2,22 @@
 
 An independent implementation of spec 1: out-of-core writes planned as a dask shuffle, and lazy,
 sparse reads through dask and xarray.
+
+Public names load on first use (PEP 562): xarray imports every installed backend's entry point on
+its first ``open_dataset`` of any file, and that import runs this module, so importing it must not
+pull in dask.array, zarr, sparse or numba. Importing it does register the ``.sporadik`` accessor,
+so it exists in every process that holds a sporadik variable (a dask worker imports this package
+when it unpickles one).
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
+from sporadik_dask.backend import accessor as _accessor  # registers ``.sporadik``
 from sporadik_dask.errors import (
     AbsentChunkError,
     AbsentChunkWarning,
@@ -21,17 +30,29 @@ from sporadik_dask.errors import (
     StoreExistsError,
     StoreNotFoundError,
 )
-from sporadik_dask.read import StoreReader, from_sporadik
-from sporadik_dask.spec import SPEC_VERSION
-from sporadik_dask.validate import validate
-from sporadik_dask.write import StoreWrite, add_axis, to_sporadik
 
-try:
-    __version__ = version("sporadik-dask")
-except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
-    __version__ = "0.0.0"
+if TYPE_CHECKING:
+    from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
+    from sporadik_dask.read import StoreReader, from_sporadik
+    from sporadik_dask.spec import SPEC_VERSION
+    from sporadik_dask.validate import validate
+    from sporadik_dask.write import StoreWrite, add_axis, to_sporadik
 
-del PackageNotFoundError, version
+    __version__: str
+
+#: Where each lazily loaded public name is defined.
+_LAZY = {
+    "SPEC_VERSION": "sporadik_dask.spec",
+    "LayoutDescription": "sporadik_dask.describe",
+    "StoreDescription": "sporadik_dask.describe",
+    "describe": "sporadik_dask.describe",
+    "StoreReader": "sporadik_dask.read",
+    "from_sporadik": "sporadik_dask.read",
+    "validate": "sporadik_dask.validate",
+    "StoreWrite": "sporadik_dask.write",
+    "add_axis": "sporadik_dask.write",
+    "to_sporadik": "sporadik_dask.write",
+}
 
 __all__ = [
     "SPEC_VERSION",
@@ -56,3 +77,40 @@ __all__ = [
     "to_sporadik",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use, and keep it here."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value: Any = version("sporadik-dask")
+        except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+            value = "0.0.0"
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """This package's module type. ``describe`` and ``validate`` name both a submodule and a
+    function; importing the submodule (as the reader does) binds it on the package, which would
+    hide the function. The function keeps the name, as it did when it was imported eagerly."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+del _accessor

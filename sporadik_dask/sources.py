@@ -9,8 +9,8 @@ two chunks, so their pieces are first merged by a hash of the cell.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from operator import getitem
 from typing import Any
 
@@ -23,6 +23,7 @@ from dask.highlevelgraph import HighLevelGraph
 from sporadik_dask import tasks
 from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.errors import LayoutError, SporadikError
+from sporadik_dask.labels import Labels
 from sporadik_dask.plan import partition_bounds
 from sporadik_dask.spec import MIN_RANK, check_indptr
 
@@ -32,17 +33,6 @@ Key = Any
 
 #: Values per piece cut from an in-memory array: a few tens of MB of coordinates and values.
 PIECE_VALUES = 2**22
-
-
-@dataclass(frozen=True, slots=True)
-class Labels:
-    """An xarray DataArray's own metadata, stored beside the array for xarray to read back."""
-
-    name: Hashable | None
-    dims: tuple[str, ...]
-    attrs: Mapping[str, Any]
-    #: 1-D coordinates along each dimension that has them, as numpy arrays.
-    coords: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -6,7 +6,6 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -21,8 +20,9 @@ from dask.highlevelgraph import HighLevelGraph
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import LayoutError, StoreExistsError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
+from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
-from sporadik_dask.sources import Labels, Source, source_of, source_of_layout
+from sporadik_dask.sources import Source, source_of, source_of_layout
 from sporadik_dask.spec import (
     BLOCK_KEY,
     ENCODING_VERSION,
@@ -33,7 +33,6 @@ from sporadik_dask.spec import (
 from sporadik_dask.storage import StoreLike, location_of, open_group
 
 __all__ = [
-    "LABELS_KEY",
     "StoreWrite",
     "add_axis",
     "create_layout",
@@ -43,10 +42,6 @@ __all__ = [
 
 Duplicates = Literal["sum", "refuse"]
 
-#: Root attribute holding an xarray DataArray's name, dims and attrs; other readers ignore it.
-LABELS_KEY = "xarray"
-#: Group holding 1-D coordinates by dimension name, beside ``layouts/``.
-COORDS_GROUP = "coords"
 #: Bytes a partition's sort may hold (positions, indices and values together). 128 MiB kept a
 #: sort task near 0.4 GB peak, so two threads and their inputs fit well under 1.5 GB.
 PARTITION_BYTES = 2**27
@@ -207,39 +202,15 @@ def _prepare(
             )
         if BLOCK_KEY in existing.attrs:
             del existing.attrs[BLOCK_KEY]
-    attributes: dict[str, Any] = {} if labels is None else {LABELS_KEY: _labels_json(labels)}
     root = zarr.open_group(
         store,
         mode="w",
         storage_options=storage_options,
         zarr_format=3,
-        attributes=attributes,
+        attributes=labels_attributes(labels),
     )
-    if labels is not None and labels.coords:
-        coords = root.create_group(COORDS_GROUP)
-        for dim, values in labels.coords.items():
-            if values.dtype.kind in "USO":  # variable-length UTF-8: the string dtype with a spec
-                coords.create_array(dim, shape=values.shape, dtype=str)[:] = values.astype(str)
-            else:
-                coords.create_array(dim, data=values)
+    write_coords(root, labels)
     return root
-
-
-def _labels_json(labels: Labels) -> dict[str, Any]:
-    document = {
-        "name": labels.name,
-        "dims": list(labels.dims),
-        "attrs": dict(labels.attrs),
-        "coords": sorted(labels.coords),
-    }
-    try:
-        json.dumps(document)
-    except TypeError as unsupported:
-        raise LayoutError(
-            f"The DataArray's name or attrs cannot be stored as JSON ({unsupported}); they would "
-            "be lost on reading. Convert them to strings, numbers or lists first."
-        ) from unsupported
-    return document
 
 
 def create_layout(

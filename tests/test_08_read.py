@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from sporadik_dask.xarray_backend import SporadikBackendEntrypoint
+from sporadik_dask.backend.entrypoint import SporadikBackendEntrypoint
 from tests.helpers import RecordingStore, labelled, random_dense, write_reference
 
 

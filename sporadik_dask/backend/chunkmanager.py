@@ -19,7 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from xarray.core.indexing import LazilyIndexedArray
 from xarray.namedarray.daskmanager import DaskManager
+
+from sporadik_dask.backend.array import SporadikBackendArray
 
 __all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse"]
 
@@ -90,10 +93,6 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
 def _backend_under(data: Any) -> tuple[Any, bool]:
     """The sporadik backend array beneath xarray's lazy wrappers (or None), and whether the
     wrappers select the whole of it."""
-    from xarray.core.indexing import LazilyIndexedArray
-
-    from sporadik_dask.xarray_backend import SporadikBackendArray
-
     whole = True
     while data is not None:
         if isinstance(data, SporadikBackendArray):
