@@ -17,17 +17,15 @@ from distributed import Client
 import sporadik_dask as sd
 from tests.helpers import labelled, random_dense
 
-#: Loads both entry points as xarray does (after importing xarray), and says how long it took and
-#: which heavy modules came with them.
+#: Loads both entry points as xarray does (after importing xarray), and says which heavy modules
+#: came with them (what loading costs is measured in docs/reading.md, not asserted here).
 LOAD_ENTRY_POINTS = """
-import sys, time
+import sys
 import xarray
 from importlib.metadata import entry_points
 
-started = time.perf_counter()
 for group in ("xarray.backends", "xarray.chunkmanagers"):
     entry_points(group=group)["sporadik"].load()
-print(time.perf_counter() - started)
 print(",".join(m for m in ("numba", "dask.array", "sparse", "zarr") if m in sys.modules))
 """
 
@@ -36,9 +34,7 @@ def test_loading_the_entry_points_imports_none_of_numba_dask_array_sparse_or_zar
     done = subprocess.run(
         [sys.executable, "-c", LOAD_ENTRY_POINTS], capture_output=True, text=True, check=True
     )
-    seconds, heavy = done.stdout.splitlines()
-    assert heavy == ""
-    assert float(seconds) < 0.1, seconds
+    assert done.stdout.strip() == ""
 
 
 def test_the_entry_point_opens_a_store_from_a_fresh_process(tmp_path: Path) -> None:
