@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -168,16 +169,72 @@ def finish(
     return np.asarray(result).astype(out_dtype, copy=False)
 
 
-def kept_index(
-    coords: Sequence[npt.NDArray[Any]], shape: Sequence[int], kept: Sequence[int]
-) -> tuple[npt.NDArray[np.int64], int]:
-    """Each value's output cell (raveled over the kept axes) and how many output cells there are."""
-    kept_shape = tuple(int(shape[a]) for a in kept)
-    size = math.prod(kept_shape)
-    if not kept:
-        return np.zeros(len(coords[0]) if coords else 0, dtype=np.int64), 1
-    where = np.ravel_multi_index(tuple(np.asarray(coords[a]) for a in kept), kept_shape)
-    return where.astype(np.int64, copy=False), size
+class Grouping(NamedTuple):
+    """Positions along ``axis`` gathered into groups, as xarray's groupby encodes them."""
+
+    axis: int
+    #: Each position's group, or -1 for a position in none.
+    codes: npt.NDArray[np.int64]
+    #: How many groups.
+    size: int
+
+    def members(self) -> npt.NDArray[np.int64]:
+        """Positions in each group."""
+        return np.bincount(self.codes[self.codes >= 0], minlength=self.size)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where each value of an array of ``shape`` lands when ``axes`` are reduced: its output
+    cell, raveled over the kept axes. A grouped axis is kept, each position relabeled by its
+    group, so an output cell there covers every member of the group."""
+
+    shape: tuple[int, ...]
+    axes: tuple[int, ...]
+    grouping: Grouping | None = None
+
+    @property
+    def kept(self) -> tuple[int, ...]:
+        return tuple(a for a in range(len(self.shape)) if a not in self.axes)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        grouped = self.grouping.axis if self.grouping else None
+        return tuple(
+            self.grouping.size if a == grouped and self.grouping else self.shape[a]
+            for a in self.kept
+        )
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.out_shape)
+
+    def cells(self) -> int | npt.NDArray[np.int64]:
+        """Input cells each output cell covers (per raveled output cell, when grouped)."""
+        reduced = math.prod(self.shape[a] for a in self.axes)
+        if self.grouping is None:
+            return reduced
+        spot = [1] * len(self.kept)
+        spot[self.kept.index(self.grouping.axis)] = self.grouping.size
+        members = self.grouping.members().reshape(spot)
+        return reduced * np.broadcast_to(members, self.out_shape).ravel()
+
+    def locate(
+        self, coords: Sequence[npt.NDArray[Any]], values: npt.NDArray[Any]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """Each value's output cell, and the values that land in one."""
+        if not self.kept:
+            return np.zeros(values.size, dtype=np.int64), values
+        columns = [np.asarray(coords[a]) for a in self.kept]
+        if self.grouping is not None:
+            at = self.kept.index(self.grouping.axis)
+            columns[at] = self.grouping.codes[columns[at]]
+            member = columns[at] >= 0
+            if not member.all():
+                columns = [column[member] for column in columns]
+                values = values[member]
+        where = np.ravel_multi_index(tuple(columns), self.out_shape)
+        return where.astype(np.int64, copy=False), values
 
 
 def supported(op: str, dtype: np.dtype[Any]) -> bool:
@@ -192,28 +249,27 @@ BATCH_VALUES = 2**21
 
 
 def reduce_store(
-    reader: Any, op: Op, axes: Sequence[int], *, skipna: bool, ddof: int = 0
+    reader: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0
 ) -> npt.NDArray[Any]:
-    """``op`` over ``axes`` of a whole store, one pass over a layout in bounded batches.
+    """``op`` into ``target`` over a whole store, one pass over a layout in bounded batches.
 
     The layout is one whose indexed axis is kept (its runs then land in consecutive output
     cells), else any; only runs are read, never sorted into C order.
     """
     shape = reader.shape
-    kept = [a for a in range(len(shape)) if a not in axes]
     layouts = reader.description.layouts
-    axis = next((a for a in sorted(layouts) if a in kept), min(layouts))
+    axis = next((a for a in sorted(layouts) if a in target.kept), min(layouts))
     layout = layouts[axis]
     layout.check_whole_read(reader.location)
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
-    size = math.prod(shape[a] for a in kept)
-    cells = math.prod(shape[a] for a in axes)
     ends = np.cumsum(hi - lo)
     cuts = np.searchsorted(
         ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
     )
     bounds = np.unique(np.concatenate(([0], cuts, [layout.positions])))
-    fields: Fields | None = None
+    fields = fields_of(
+        op, np.zeros(0, np.int64), np.zeros(0, reader.dtype), target.size, skipna=skipna
+    )
     for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         indices, values = reader.runs(layout, lo[first:last], hi[first:last])
         coords: list[Any] = [None] * len(shape)
@@ -224,28 +280,20 @@ def reduce_store(
             layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
         ):
             coords[other] = column
-        where, _ = kept_index(coords, shape, kept)
-        part = fields_of(op, where, values, size, skipna=skipna)
-        fields = part if fields is None else merge(op, [fields, part])
-    if fields is None:
-        fields = fields_of(
-            op, np.zeros(0, dtype=np.int64), np.zeros(0, reader.dtype), size, skipna=skipna
-        )
-    result = finish(op, fields, cells, reader.dtype, skipna=skipna, ddof=ddof)
-    return result.reshape(tuple(shape[a] for a in kept))
+        where, values = target.locate(coords, values)
+        fields = merge(op, [fields, fields_of(op, where, values, target.size, skipna=skipna)])
+    result = finish(op, fields, target.cells(), reader.dtype, skipna=skipna, ddof=ddof)
+    return result.reshape(target.out_shape)
 
 
 def reduce_coo(
-    array: Any, op: Op, axes: Sequence[int], *, skipna: bool, ddof: int = 0
+    array: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0
 ) -> npt.NDArray[Any]:
-    """``op`` over ``axes`` of an in-memory ``sparse.COO``, by its coordinates (no sort)."""
-    shape = array.shape
-    kept = [a for a in range(len(shape)) if a not in axes]
-    where, size = kept_index(list(array.coords), shape, kept)
-    fields = fields_of(op, where, np.asarray(array.data), size, skipna=skipna)
-    cells = math.prod(shape[a] for a in axes)
-    result = finish(op, fields, cells, array.dtype, skipna=skipna, ddof=ddof)
-    return result.reshape(tuple(shape[a] for a in kept))
+    """``op`` into ``target`` over an in-memory ``sparse.COO``, by its coordinates (no sort)."""
+    where, values = target.locate(list(array.coords), np.asarray(array.data))
+    fields = fields_of(op, where, values, target.size, skipna=skipna)
+    result = finish(op, fields, target.cells(), array.dtype, skipna=skipna, ddof=ddof)
+    return result.reshape(target.out_shape)
 
 
 def _block_fields(
@@ -260,19 +308,22 @@ def _block_fields(
     """dask's chunk step: a block's fields, shaped as the block with reduced axes of length 1."""
     if computing_meta:
         return block
-    kept = [a for a in range(block.ndim) if a not in axis]
-    if hasattr(block, "coords"):
-        coords, values = list(block.coords), np.asarray(block.data)
-    else:  # a numpy block (an empty or dense piece)
-        dense = np.asarray(block)
-        nonzero = np.nonzero(dense)
-        coords, values = list(nonzero), dense[nonzero]
-    where, size = kept_index(coords, block.shape, kept)
-    fields = fields_of(op, where, values, size, skipna=skipna)
+    target = Target(tuple(block.shape), tuple(axis))
+    coords, values = _coordinates(block)
+    where, values = target.locate(coords, values)
+    fields = fields_of(op, where, values, target.size, skipna=skipna)
+    fields["cells"] = np.full(target.size, target.cells(), dtype=np.int64)
     kept_shape = tuple(1 if a in axis else block.shape[a] for a in range(block.ndim))
-    cells = math.prod(block.shape[a] for a in axis)
-    fields["cells"] = np.full(size, cells, dtype=np.int64)
     return {name: array.reshape(kept_shape) for name, array in fields.items()}
+
+
+def _coordinates(block: Any) -> tuple[list[npt.NDArray[Any]], npt.NDArray[Any]]:
+    """A block's coordinates and values: a ``sparse.COO``'s own, or a numpy block's nonzeros."""
+    if hasattr(block, "coords"):
+        return list(block.coords), np.asarray(block.data)
+    dense = np.asarray(block)
+    nonzero = np.nonzero(dense)
+    return list(nonzero), dense[nonzero]
 
 
 def _combine_fields(
@@ -324,24 +375,86 @@ def _aggregate_fields(
     return result if keepdims else result.squeeze(axis=axis)
 
 
-def reduce_dask(x: Any, op: Op, axes: Sequence[int], *, skipna: bool, ddof: int = 0) -> Any:
-    """``op`` over ``axes`` of a dask array of ``sparse.COO`` blocks: a dask array of numpy
-    blocks, each block's fields computed from its coordinates, combined in a tree."""
+def reduce_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0) -> Any:
+    """``op`` into ``target`` over a dask array of ``sparse.COO`` blocks, as a dask array of
+    numpy blocks: each block's fields from its coordinates, combined in a tree."""
     from functools import partial
 
     import dask.array as da
 
     dtype = result_dtype(op, x.dtype)
-    kept = tuple(a for a in range(x.ndim) if a not in axes)
+    if target.grouping is not None:
+        return _grouped_dask(x, op, target, skipna=skipna, ddof=ddof)
     return da.reduction(
         x,
         partial(_block_fields, op=op, skipna=skipna),
         partial(_aggregate_fields, op=op, dtype=x.dtype, skipna=skipna, ddof=ddof),
         combine=partial(_combine_fields, op=op),
-        axis=tuple(axes),
+        axis=target.axes,
         keepdims=False,
         dtype=dtype,
         concatenate=False,
-        meta=np.empty((0,) * len(kept), dtype=dtype),
+        meta=np.empty((0,) * len(target.kept), dtype=dtype),
         name=f"sporadik-{op}",
+    )
+
+
+#: Block fields a grouped reduction adds together in one task.
+GROUP_FAN_IN = 8
+
+
+def _offset_fields(
+    block: Any, offsets: tuple[int, ...], op: Op, target: Target, skipna: bool
+) -> Fields:
+    """One block's fields over the whole grouped target, its coordinates made global."""
+    coords, values = _coordinates(block)
+    coords = [np.asarray(c, dtype=np.int64) + o for c, o in zip(coords, offsets, strict=True)]
+    where, values = target.locate(coords, values)
+    return fields_of(op, where, values, target.size, skipna=skipna)
+
+
+def _merge_fields(op: Op, *parts: Fields) -> Fields:
+    return merge(op, list(parts))
+
+
+def _finish_fields(
+    fields: Fields, op: Op, target: Target, dtype: np.dtype[Any], skipna: bool, ddof: int
+) -> npt.NDArray[Any]:
+    result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
+    return result.reshape(target.out_shape)
+
+
+def _grouped_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int) -> Any:
+    """A grouped reduction of dask blocks: every block adds into the whole (groups, kept)
+    output, so the blocks' fields are added in a tree and the result is one block."""
+    import dask.array as da
+    from dask.base import tokenize
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"sporadik-group-{op}-{tokenize(x, op, target.axes, target.grouping, skipna, ddof)}"
+    starts = [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist() for c in x.chunks]
+    layer: dict[Any, Any] = {}
+    level: list[Any] = []
+    for index in np.ndindex(*x.numblocks):
+        offsets = tuple(starts[a][i] for a, i in enumerate(index))
+        key = (name, 0, len(level))
+        layer[key] = (_offset_fields, (x.name, *index), offsets, op, target, skipna)
+        level.append(key)
+    depth = 0
+    while len(level) > 1:
+        depth += 1
+        groups = [level[i : i + GROUP_FAN_IN] for i in range(0, len(level), GROUP_FAN_IN)]
+        level = []
+        for j, group in enumerate(groups):
+            layer[(name, depth, j)] = (_merge_fields, op, *group)
+            level.append((name, depth, j))
+    layer[name] = (_finish_fields, level[0], op, target, x.dtype, skipna, ddof)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    dtype = result_dtype(op, x.dtype)
+    return da.from_delayed(
+        Delayed(name, graph),
+        target.out_shape,
+        dtype=dtype,
+        meta=np.empty((0,) * len(target.out_shape), dtype),
     )

@@ -105,7 +105,7 @@ def test_the_demo_builds_a_store_and_reads_it_along_each_axis(tmp_path: Path) ->
     )
     assert done.returncode == 0, done.stderr
     assert "positions along cell" in done.stdout and "positions along gene" in done.stdout
-    assert "of COO; a sum per cell gives a COO (2000,), equal to the totals" in done.stdout
+    assert "of COO; a sum per cell gives a ndarray (2000,), equal to the totals" in done.stdout
     assert sporadik.describe(tmp_path / "demo.zarr").shape == (2000, 300)
 
 

@@ -10,7 +10,7 @@ from xarray.core import indexing
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
-__all__ = ["SporadikBackendArray"]
+__all__ = ["SporadikBackendArray", "backend_under"]
 
 
 class SporadikBackendArray(BackendArray):
@@ -30,3 +30,18 @@ class SporadikBackendArray(BackendArray):
         return indexing.explicit_indexing_adapter(
             key, self.shape, indexing.IndexingSupport.OUTER, self.reader.read
         )
+
+
+def backend_under(data: Any) -> tuple[SporadikBackendArray | None, bool]:
+    """The sporadik backend array beneath xarray's lazy wrappers (or None), and whether the
+    wrappers select the whole of it; None too once xarray holds the values in memory."""
+    whole = True
+    while data is not None:
+        if isinstance(data, SporadikBackendArray):
+            return data, whole
+        if isinstance(data, indexing.LazilyIndexedArray) and not all(
+            isinstance(k, slice) and k == slice(None) for k in data.key.tuple
+        ):
+            whole = False
+        data = getattr(data, "array", None)
+    return None, False

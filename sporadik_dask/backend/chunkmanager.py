@@ -19,10 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from xarray.core.indexing import LazilyIndexedArray
 from xarray.namedarray.daskmanager import DaskManager
 
-from sporadik_dask.backend.array import SporadikBackendArray
+from sporadik_dask.backend.array import backend_under
+
+#: Names of dask arrays read from a store through this manager begin so.
+READ_PREFIX = "sporadik-read-"
 
 __all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse"]
 
@@ -77,34 +79,21 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     import dask.array as da
     import sparse
 
-    backend, whole = _backend_under(data)
+    backend, whole = backend_under(data)
     if backend is None:
         return None
+    from dask.base import tokenize
+
     kwargs = {
         **kwargs,
         "meta": sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype)),
         "asarray": False,
+        # named as a sporadik read, so reductions of it are pushed down (backend.pushdown)
+        "name": f"{READ_PREFIX}{kwargs.get('name') or tokenize(backend.reader, data, chunks)}",
     }
     if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
         return da.from_array(backend.reader, chunks, **kwargs)
     return da.from_array(data, chunks, getitem=_getter, **kwargs)
-
-
-def _backend_under(data: Any) -> tuple[Any, bool]:
-    """The sporadik backend array beneath xarray's lazy wrappers (or None), and whether the
-    wrappers select the whole of it."""
-    whole = True
-    while data is not None:
-        if isinstance(data, SporadikBackendArray):
-            return data, whole
-        if isinstance(data, LazilyIndexedArray) and not all(_whole(k) for k in data.key.tuple):
-            whole = False
-        data = getattr(data, "array", None)
-    return None, False
-
-
-def _whole(key: Any) -> bool:
-    return isinstance(key, slice) and key == slice(None)
 
 
 def _getter(array: Any, key: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,7 @@ from xarray.core import indexing
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import SporadikBackendArray
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
+from sporadik_dask.backend.pushdown import install_reductions
 from sporadik_dask.describe import describe_group_async
 from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
@@ -34,6 +35,7 @@ def open_store_dataset(
 ) -> xr.Dataset:
     """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
     keep_dask_chunks_sparse()
+    install_reductions()
     opened = run(open_group_async(store, mode="r", storage_options=storage_options))
     arrays: dict[str, Any] = {}
     description = run(describe_group_async(opened, location_of(store), arrays))

@@ -48,8 +48,9 @@ def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             expected = np.asarray(_numpy(op, skipna)(dense, axis=axes))
-            from_coords = reductions.reduce_coo(coo, op, axes, skipna=skipna)
-            from_blocks = reductions.reduce_dask(blocks, op, axes, skipna=skipna).compute()
+            target = reductions.Target(dense.shape, axes)
+            from_coords = reductions.reduce_coo(coo, op, target, skipna=skipna)
+            from_blocks = reductions.reduce_dask(blocks, op, target, skipna=skipna).compute()
         for got in (from_coords, from_blocks):
             assert got.shape == expected.shape
             if op != "count":
@@ -63,6 +64,45 @@ def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the
 def test_a_dask_reduction_builds_no_dense_block_and_keeps_its_result_small() -> None:
     coo = sparse.random((4000, 3000), density=0.001, random_state=0, format="coo")
     blocks = da.from_array(coo, chunks=(500, 3000), asarray=False)
-    result = reductions.reduce_dask(blocks, "mean", (0,), skipna=True)
+    result = reductions.reduce_dask(
+        blocks, "mean", reductions.Target((4000, 3000), (0,)), skipna=True
+    )
     assert isinstance(result._meta, np.ndarray) and result.shape == (3000,)
     np.testing.assert_allclose(result.compute(), coo.todense().mean(axis=0))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "count", "var"])
+@pytest.mark.parametrize("grouped", [0, 1, 2])
+def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
+    op: reductions.Op, grouped: int
+) -> None:
+    dense = _dense(np.float32)
+    rng = np.random.default_rng(3)
+    size = dense.shape[grouped]
+    codes = rng.integers(-1, 4, size)  # -1: a position in no group
+    codes[:4] = np.arange(4)  # every group has a member
+    grouping = reductions.Grouping(grouped, codes, 4)
+    coo = sparse.COO.from_numpy(dense)
+    blocks = da.from_array(coo, chunks=(7, 6, 5), asarray=False)
+    for others in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
+        target = reductions.Target(dense.shape, others, grouping)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = np.stack(
+                [
+                    _numpy(op, True)(
+                        np.take(dense, np.flatnonzero(codes == g), axis=grouped),
+                        axis=(grouped, *others),
+                    )
+                    for g in range(4)
+                ],
+                axis=[a for a in range(3) if a not in others].index(grouped),
+            )
+            for got in (
+                reductions.reduce_coo(coo, op, target, skipna=True),
+                reductions.reduce_dask(blocks, op, target, skipna=True).compute(),
+            ):
+                assert got.shape == expected.shape
+                np.testing.assert_allclose(
+                    got.astype(np.float64), expected.astype(np.float64), rtol=2e-5, equal_nan=True
+                )

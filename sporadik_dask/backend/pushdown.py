@@ -1,0 +1,239 @@
+"""xarray reductions of sporadik variables, pushed down to :mod:`sporadik_dask.reductions`.
+
+xarray reduces a variable by handing its whole data to a numpy-style function: a lazily opened
+variable is read in full into one ``sparse.COO`` first, and a chunked one goes through
+``sparse``'s ``nansum`` (dense ``zeros_like``, a three-way ``where``, a sort per chunk, kernels
+compiled in every process). A backend has no say in either. So opening a store wraps
+``xarray.Variable.reduce`` once: for a variable whose data is a sporadik store (lazily indexed,
+or a dask array read from one) and a reduction computed here (``sum``, ``mean``, ``max``,
+``min``, ``count``, ``var``, ``std``, with ``skipna``, ``ddof``), the result is computed from
+the store's runs or the blocks' coordinates in one pass, as a dense numpy (or dask) array with
+numpy's dtype. ``groupby(coord)`` reductions of such a variable (one grouping coordinate along
+one dim) are pushed down the same way, each position's values landing in its group's row, in
+place of one read per group. Every other variable and reduction goes to xarray's own method
+unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from sporadik_dask.backend.array import backend_under
+from sporadik_dask.backend.chunkmanager import READ_PREFIX
+
+__all__ = ["install_reductions"]
+
+#: Output cells a pushed-down result may hold; past it xarray's own (sparse) path runs.
+DENSE_RESULT_CELLS = 2**28
+
+
+def install_reductions() -> None:
+    """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
+    idempotent, and a no-op for every other variable."""
+    from xarray.core.groupby import DataArrayGroupBy
+    from xarray.core.variable import Variable
+
+    if getattr(Variable.reduce, "pushes_sporadik_down", False):
+        return
+    DataArrayGroupBy.reduce = _grouped_pushing_down(  # type: ignore[method-assign]
+        DataArrayGroupBy.reduce, by_name=False
+    )
+    DataArrayGroupBy._flox_reduce = _grouped_pushing_down(  # type: ignore[method-assign]
+        DataArrayGroupBy._flox_reduce, by_name=True
+    )
+    Variable.reduce = _pushing_down(Variable.reduce)  # type: ignore[method-assign]
+
+
+def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def reduce(
+        self: Any,
+        func: Callable[..., Any],
+        dim: Any = None,
+        axis: Any = None,
+        keep_attrs: bool | None = None,
+        keepdims: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        pushed = _pushed_down(self, func, dim, axis, keepdims, kwargs)
+        if pushed is None:
+            return original(
+                self, func, dim=dim, axis=axis, keep_attrs=keep_attrs, keepdims=keepdims, **kwargs
+            )
+        from xarray.core.options import _get_keep_attrs
+        from xarray.core.variable import Variable
+
+        dims, data = pushed
+        keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
+        return Variable(dims, data, attrs=self.attrs if keep else None)
+
+    reduce.pushes_sporadik_down = True  # type: ignore[attr-defined]
+    return reduce
+
+
+def _op_of(func: Callable[..., Any] | str) -> str | None:
+    from xarray.core import duck_array_ops
+
+    from sporadik_dask.reductions import OPS
+
+    if isinstance(func, str):
+        return func if func in OPS else None
+    return next((name for name in OPS if func is getattr(duck_array_ops, name, None)), None)
+
+
+def _options(op: str | None, dtype: Any, kwargs: dict[str, Any]) -> tuple[str, bool, int] | None:
+    """The reduction, ``skipna`` and ``ddof`` if computed here; None for xarray's own path."""
+    import dask
+
+    from sporadik_dask import reductions
+
+    if not dask.config.get("sporadik.pushdown", True):
+        return None
+    if op is None or not reductions.supported(op, np.dtype(dtype)):
+        return None
+    extra = set(kwargs) - {"skipna", "ddof", "min_count", "numeric_only"}
+    if extra or kwargs.get("min_count") is not None:
+        return None
+    skipna = kwargs.get("skipna")
+    if skipna is None:
+        skipna = np.dtype(dtype).kind in "fc"
+    return op, bool(skipna), int(kwargs.get("ddof", 0))
+
+
+def _axes_of(variable: Any, dim: Any, axis: Any) -> tuple[int, ...] | None:
+    if dim is not None and axis is not None:
+        return None
+    if (dim is None and axis is None) or dim is ...:
+        return tuple(range(variable.ndim))
+    if axis is not None:
+        chosen = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+        return tuple(sorted({int(a) % variable.ndim for a in chosen}))
+    dims: Sequence[Hashable] = [dim] if isinstance(dim, str) or not np.iterable(dim) else list(dim)
+    if any(d not in variable.dims for d in dims):
+        return None  # xarray raises its own error
+    return tuple(sorted(variable.get_axis_num(d) for d in dims))
+
+
+def _pushed_down(
+    variable: Any,
+    func: Callable[..., Any],
+    dim: Any,
+    axis: Any,
+    keepdims: bool,
+    kwargs: dict[str, Any],
+) -> tuple[tuple[Hashable, ...], Any] | None:
+    """The reduced dims and data, or None to leave the reduction to xarray."""
+    from sporadik_dask.reductions import Target
+
+    options = _options(_op_of(func), variable.dtype, kwargs)
+    axes = _axes_of(variable, dim, axis)
+    if keepdims or options is None or axes is None:
+        return None
+    target = Target(tuple(variable.shape), axes)
+    if target.size > DENSE_RESULT_CELLS:
+        return None
+    data = _pushed_data(variable, target, *options)
+    if data is None:
+        return None
+    return tuple(variable.dims[a] for a in target.kept), data
+
+
+def _pushed_data(variable: Any, target: Any, op: Any, skipna: bool, ddof: int) -> Any:
+    """``op`` into ``target`` from the store beneath ``variable``, or None if it has none."""
+    from sporadik_dask import reductions
+
+    held = variable._data
+    if _is_sporadik_dask(held):
+        return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof)
+    backend, whole = backend_under(held)
+    if backend is None:
+        return None
+    if whole:
+        return reductions.reduce_store(backend.reader, op, target, skipna=skipna, ddof=ddof)
+    selected = variable.data  # the selection, read once as a sparse.COO
+    if not hasattr(selected, "coords"):
+        return None
+    return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof)
+
+
+def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
+    """``DataArrayGroupBy.reduce`` (a function) or ``._flox_reduce`` (a name), pushed down."""
+
+    @functools.wraps(original)
+    def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pushed = _grouped(self, args, kwargs, by_name)
+        return original(self, *args, **kwargs) if pushed is None else pushed
+
+    return reduce
+
+
+def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:
+    """A groupby reduction of a sporadik variable in one pass, or None for xarray's path."""
+    from xarray import DataArray
+
+    from sporadik_dask.reductions import Grouping, Target
+
+    kwargs = dict(kwargs)
+    func = kwargs.pop("func") if by_name else (args[0] if args else kwargs.pop("func", None))
+    if args[1 if not by_name else 0 :] or kwargs.pop("axis", None) is not None:
+        return None
+    dim = kwargs.pop("dim", None)
+    keep_attrs = kwargs.pop("keep_attrs", None)
+    kwargs.pop("shortcut", None)
+    obj = groupby._obj
+    if (
+        len(groupby.groupers) != 1
+        or groupby._by_chunked
+        or groupby._stacked_dim is not None
+        or groupby._inserted_dims
+        or not isinstance(obj, DataArray)
+    ):
+        return None
+    options = _options(_op_of(func), obj.dtype, kwargs)
+    grouped_dim = groupby._group_dim
+    dims = [grouped_dim] if dim is None else ([dim] if isinstance(dim, str) else list(dim))
+    if options is None or grouped_dim not in dims or any(d not in obj.dims for d in dims):
+        return None
+    codes = np.asarray(groupby.encoded.codes.values, dtype=np.int64)
+    grouping = Grouping(obj.get_axis_num(grouped_dim), codes, len(groupby.encoded.full_index))
+    if not grouping.members().all():  # xarray fills empty groups with NaN; leave it to xarray
+        return None
+    others = tuple(sorted(obj.get_axis_num(d) for d in dims if d != grouped_dim))
+    target = Target(tuple(obj.shape), others, grouping)
+    if target.size > DENSE_RESULT_CELLS:
+        return None
+    data = _pushed_data(obj.variable, target, *options)
+    if data is None:
+        return None
+    (name,) = groupby.encoded.unique_coord.dims
+    out_dims = tuple(name if d == grouped_dim else d for d in (obj.dims[a] for a in target.kept))
+    kept_dims = set(out_dims)
+    coords = {
+        key: coord.variable
+        for key, coord in obj.coords.items()
+        if set(coord.dims) <= kept_dims and grouped_dim not in coord.dims
+    }
+    from xarray.core.options import _get_keep_attrs
+
+    keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
+    result = DataArray(data, dims=out_dims, coords=coords, name=obj.name)
+    if keep:
+        result.attrs.update(obj.attrs)
+    return result.assign_coords(groupby.encoded.coords)
+
+
+def _is_sporadik_dask(data: Any) -> bool:
+    """A dask array of sparse blocks read from a sporadik store (its graph names the read)."""
+    import sys
+
+    if "dask.array" not in sys.modules:
+        return False
+    import dask.array as da
+
+    if not isinstance(data, da.Array) or not hasattr(data._meta, "coords"):
+        return False
+    return any(str(name).startswith((READ_PREFIX, "from-sporadik-")) for name in data.dask.layers)

@@ -1,0 +1,112 @@
+"""Reductions as xarray users write them, lazily and with chunks=: numpy's values and dtypes."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import sparse
+import xarray as xr
+
+import sporadik_dask as sd
+from tests.helpers import random_dense
+
+OPS = ["sum", "mean", "max", "min", "count", "std", "var"]
+
+
+def _expected(dense: np.ndarray, op: str, axis: Any) -> np.ndarray:
+    """numpy over the dense array, with xarray's default skipna (True for floats)."""
+    floating = dense.dtype.kind == "f"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if op == "count":
+            return np.sum(~np.isnan(dense.astype(np.float64)), axis=axis)
+        return np.asarray(getattr(np, ("nan" if floating else "") + op)(dense, axis=axis))
+
+
+@pytest.fixture(scope="module", params=[(2, np.float32), (3, np.float64), (2, np.int32)])
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, np.ndarray]:
+    rank, dtype = request.param
+    shape = (40, 30, 6)[:rank]
+    dense = random_dense(np.random.default_rng(rank), shape, 0.25, dtype)
+    if dense.dtype.kind == "f":
+        dense[2, 3] = np.nan  # a stored NaN: skipna must leave it out
+        dense[7] = np.nan  # a whole position of NaN
+    path = tmp_path_factory.mktemp("r") / "s.zarr"
+    dims = ("cell", "gene", "spot")[:rank]
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims, name="x"), path)
+    return path, dense
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
+@pytest.mark.parametrize("op", OPS)
+def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
+    store: tuple[Path, np.ndarray], op: str, chunks: Any
+) -> None:
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    for dims in [("cell",), ("gene",), None, ("cell", "gene")]:
+        axes = None if dims is None else tuple(variable.get_axis_num(d) for d in dims)
+        result = getattr(variable, op)(dims)
+        if chunks is None:
+            assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
+        else:
+            assert isinstance(result.data._meta, np.ndarray)
+        expected = _expected(dense, op, axes)
+        values = result.values
+        assert values.shape == expected.shape
+        if op != "count":
+            assert values.dtype == expected.dtype, (op, dims)
+        np.testing.assert_allclose(
+            values.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
+        )
+
+
+def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, np.ndarray]) -> None:
+    path, dense = store
+    if dense.dtype.kind != "f":
+        pytest.skip("integers hold no NaN")
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    np.testing.assert_array_equal(variable.sum("gene", skipna=False).values, np.sum(dense, axis=1))
+
+
+def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
+    store: tuple[Path, np.ndarray],
+) -> None:
+    path, _ = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    with dask.config.set({"sporadik.pushdown": False}):
+        own = variable.sum("cell", skipna=False).compute()
+    pushed = variable.sum("cell", skipna=False).compute()
+    assert isinstance(own.data, sparse.COO) and isinstance(pushed.data, np.ndarray)
+    np.testing.assert_allclose(own.data.todense(), pushed.values, rtol=1e-6)
+
+
+def test_other_variables_reduce_as_xarray_reduces_them(store: tuple[Path, np.ndarray]) -> None:
+    path, dense = store
+    xr.open_dataset(path, engine="sporadik")  # installs the pushdown
+    plain = xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b", "c")[: dense.ndim])
+    assert isinstance(plain.sum("a", skipna=False).data, sparse.COO)  # xarray's own path
+
+
+def test_a_chunked_default_sum_never_builds_the_dense_array(tmp_path: Path) -> None:
+    dense_bytes = 20_000 * 2_000 * 4
+    x = sparse.random((20_000, 2_000), density=0.005, random_state=0, format="coo")
+    sd.to_sporadik(x.astype(np.float32), tmp_path / "s.zarr")
+    variable = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})["s"]
+    tracemalloc.start()
+    try:
+        total = variable.sum("dim_0").compute()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(total.values, x.sum(axis=0).todense(), rtol=1e-5)
+    assert peak < dense_bytes / 8, peak

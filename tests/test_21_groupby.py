@@ -1,0 +1,75 @@
+"""groupby(coord) reductions of a store in one pass: equal to scipy's indicator-matrix product."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import sparse
+import xarray as xr
+
+import sporadik_dask as sd
+from tests.helpers import random_dense
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+    dense = random_dense(np.random.default_rng(4), (60, 25), 0.3, np.float32)
+    path = tmp_path_factory.mktemp("g") / "s.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
+    return path, dense
+
+
+GROUPINGS = {
+    "four groups": lambda rng, n: rng.choice(["b", "a", "d", "c"], n),
+    "one group": lambda rng, n: np.full(n, "all"),
+    "each its own": lambda rng, n: np.arange(n)[::-1].astype(str),
+}
+
+
+def _indicator(labels: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
+    groups, codes = np.unique(labels, return_inverse=True)
+    rows = sp.csr_matrix(
+        (np.ones(len(labels)), (codes, np.arange(len(labels)))), shape=(len(groups), len(labels))
+    )
+    return groups, rows
+
+
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 7}], ids=["lazy", "chunks={}", "chunks=7"])
+@pytest.mark.parametrize("grouping", GROUPINGS)
+def test_group_sums_and_means_equal_the_indicator_matrix_product(
+    store: tuple[Path, np.ndarray], grouping: str, chunks: Any
+) -> None:
+    path, dense = store
+    labels = GROUPINGS[grouping](np.random.default_rng(0), dense.shape[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # chunks separating stored ones
+        counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
+    counts = counts.assign_coords(kind=("cell", labels))
+    groups, indicator = _indicator(labels)
+    sums = indicator @ dense.astype(np.float64)
+    for op, expected in (
+        ("sum", sums),
+        ("mean", sums / np.asarray(indicator.sum(axis=1))),
+        ("count", np.asarray(indicator.sum(axis=1)) * np.ones((1, dense.shape[1]))),
+    ):
+        result = getattr(counts.groupby("kind"), op)()
+        assert result.dims == ("kind", "gene")
+        np.testing.assert_array_equal(result["kind"].values, groups)
+        if op != "count":
+            assert result.dtype == np.float32
+        np.testing.assert_allclose(result.values, expected, rtol=1e-5)
+
+
+def test_group_maxima_along_genes_equal_numpy_per_group(store: tuple[Path, np.ndarray]) -> None:
+    path, dense = store
+    counts = xr.open_dataset(path, engine="sporadik")["s"]
+    family = np.random.default_rng(1).integers(0, 3, dense.shape[1])
+    result = counts.assign_coords(family=("gene", family)).groupby("family").max()
+    assert result.dims == ("cell", "family")
+    expected = np.stack([dense[:, family == f].max(axis=1) for f in range(3)], axis=1)
+    np.testing.assert_array_equal(result.values, expected)
