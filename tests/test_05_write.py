@@ -232,7 +232,7 @@ def test_an_empty_directory_is_written_into_without_overwrite(tmp_path: Path) ->
 
 def test_a_file_is_refused_as_a_target(tmp_path: Path) -> None:
     (tmp_path / "out.zarr").write_text("x")
-    with pytest.raises(sd.StoreExistsError, match="out.zarr is a file"):
+    with pytest.raises(sd.StoreExistsError, match=r"out\.zarr is a file"):
         sd.to_sporadik(np.eye(5), tmp_path / "out.zarr", overwrite=True)
     assert (tmp_path / "out.zarr").read_text() == "x"
 
