@@ -44,21 +44,57 @@ def is_table(path: str | Path) -> bool:
     return str(path).lower().endswith(TABLE_SUFFIXES)
 
 
-def read_table(path: str | Path, columns: Sequence[str], values: str | None, staging: Path) -> Any:
-    """The coordinate and value columns of a Parquet or CSV table, as a dask DataFrame."""
+def read_table(
+    path: str | Path,
+    columns: Sequence[str],
+    values: str | None,
+    staging: Path,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """The coordinate and value columns of a Parquet or CSV table, as a dask DataFrame.
+
+    Columns the table does not have are refused here, naming those it has, rather than by the
+    parser once the workers read it.
+    """
     dd = _dataframe()
     wanted = [*columns, *([values] if values else [])]
     name = str(path).lower()
-    if name.endswith((".parquet", ".pq")):
-        return dd.read_parquet(path, columns=wanted)
-    sep = "\t" if ".tsv" in name else ","
-    if name.endswith(".gz"):
+    options = {"storage_options": storage_options} if storage_options else {}
+    with _reading(path):
+        if name.endswith((".parquet", ".pq")):
+            frame = dd.read_parquet(path, **options)
+            _check_columns(path, wanted, list(frame.columns))
+            frame = frame[wanted]
+            if frame.head(1, npartitions=1).empty and frame.head(1, npartitions=-1).empty:
+                _no_rows(path)
+            return frame
         import pandas as pd
 
-        with _reading(path):
-            pieces = pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS)
+        sep = "\t" if ".tsv" in name else ","
+        first = pd.read_csv(path, sep=sep, nrows=1, **options)
+        _check_columns(path, wanted, list(first.columns))
+        if first.empty:
+            _no_rows(path)
+        if name.endswith(".gz"):
+            pieces = pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS, **options)
             return _staged(pieces, staging)
-    return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE)
+        return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE, **options)
+
+
+def _no_rows(path: str | Path) -> None:
+    raise SporadikError(
+        f"{path} has a header and no rows: there is nothing to write, and a store of no values "
+        "would hide that the table came out empty."
+    )
+
+
+def _check_columns(path: str | Path, wanted: Sequence[str], present: Sequence[str]) -> None:
+    missing = [column for column in wanted if column not in present]
+    if missing:
+        raise SporadikError(
+            f"{path} has no column {', '.join(map(repr, missing))}; it has "
+            f"{', '.join(map(repr, present))}. Check --columns and --values."
+        )
 
 
 @contextlib.contextmanager

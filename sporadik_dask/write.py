@@ -197,7 +197,7 @@ def _read_from(x: Any) -> list[str]:
 
     found: list[Any] = list(getattr(x, "encoding", {}).values())
     for collection in (x, getattr(x, "data", None)):
-        graph = collection.__dask_graph__() if hasattr(collection, "__dask_graph__") else None
+        graph: Any = getattr(collection, "__dask_graph__", lambda: None)()
         found.extend(dict(graph or {}).values())
     return [value.location for value in found if isinstance(value, StoreReader)]
 
