@@ -334,8 +334,10 @@ def _demo(args: argparse.Namespace) -> None:
     import xarray as xr
 
     from sporadik_dask.synthetic import counts_matrix
+    from sporadik_dask.targets import check_target
     from sporadik_dask.write import to_sporadik
 
+    check_target(args.output, overwrite=True)  # a store the demo made before, or nothing
     x = counts_matrix(cells=args.cells, genes=args.genes, rows_per_chunk=max(args.cells // 8, 1))
     print(f"input: a dask array {x.shape} of sparse.COO chunks, {x.numblocks[0]} blocks")
     array = xr.DataArray(x, dims=("cell", "gene"), name="counts", attrs={"units": "reads"})

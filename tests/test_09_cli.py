@@ -196,7 +196,9 @@ def test_the_demo_refuses_a_directory_that_is_not_a_store(
 ) -> None:
     (tmp_path / "notes.txt").write_text("x")
     assert main(["demo", "--output", str(tmp_path), "--cells", "50", "--genes", "20"]) == 2
-    assert "already holds something other than a sporadik store" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert "already holds something other than a sporadik store" in printed.err
+    assert printed.out == ""
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
