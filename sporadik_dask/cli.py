@@ -149,19 +149,12 @@ def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, A
     from sporadik_dask import tables
 
     if tables.is_table(args.input):
-        if not args.columns:
-            raise SporadikError(
-                f"{args.input} is a table: say which columns hold the coordinates with "
-                "--columns (one per axis) and, unless each row counts one, --values."
-            )
         from sporadik_dask.sources import source_of
 
         frame = tables.read_table(
             args.input, args.columns, args.values, staging, args.storage_options
         )
         return source_of(frame, shape=args.shape, columns=args.columns, values=args.values)
-    if args.columns or args.values or args.shape:
-        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
     if (attributes or {}).get("encoding-type") == "anndata":
         return _anndata_matrix(args.input, args.storage_options)
     if _is_url(args.input):
@@ -248,15 +241,29 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
     return xr.DataArray(data, dims=("obs", "var"), coords={"obs": obs, "var": var}, name="X")
 
 
-def _convert(args: argparse.Namespace) -> None:
-    from sporadik_dask.targets import check_target
-    from sporadik_dask.write import add_axis, to_sporadik
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other or the input, before anything is read."""
+    from sporadik_dask.tables import is_table
 
     if args.byte_addressable and args.chunk:
         raise SporadikError(
             "--chunk and --byte-addressable contradict each other: a byte-addressable array is "
             "one uncompressed chunk. Give one of them."
         )
+    if is_table(args.input) and not args.columns:
+        raise SporadikError(
+            f"{args.input} is a table: say which columns hold the coordinates with "
+            "--columns (one per axis) and, unless each row counts one, --values."
+        )
+    if not is_table(args.input) and (args.columns or args.values or args.shape):
+        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.targets import check_target
+    from sporadik_dask.write import add_axis, to_sporadik
+
+    _check_flags(args)
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
     options = args.storage_options
