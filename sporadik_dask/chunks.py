@@ -156,7 +156,7 @@ def read_chunks(
     try:
         fetched = run(_gather(fetches)) if fetches else []
     except (RuntimeError, ValueError) as broken:  # zarr's own decoding, for other codecs
-        if isinstance(broken, LayoutError):
+        if isinstance(broken, (LayoutError, FetchError)):  # FetchError is a ValueError too
             raise
         raise LayoutError(
             f"A chunk cannot be decoded ({type(broken).__name__}: {broken}); the object is "

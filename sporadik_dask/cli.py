@@ -1,6 +1,7 @@
 """The ``sporadik-dask`` command: demo, info, validate, convert.
 
-A user's mistake is one clear line on stderr and exit status 2, never a traceback.
+A user's mistake is one clear line on stderr and exit status 2, never a traceback; the line
+names the command's flags (``--overwrite``), not the Python arguments behind them.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import re
 import sys
 import time
 import warnings
@@ -34,7 +37,13 @@ def _running(scheduler: str | None, quiet: bool) -> Iterator[Progress]:
         if scheduler:
             from distributed import Client
 
-            client = stack.enter_context(Client(scheduler))
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except OSError as unreachable:
+                raise SporadikError(
+                    f"Cannot reach the dask scheduler at {scheduler!r} ({unreachable}); check "
+                    "the address (tcp://host:8786) and that the scheduler is running."
+                ) from None
 
             def on_cluster(write: Any) -> Any:
                 if not isinstance(write, StoreWrite):  # nothing left to write
@@ -85,7 +94,7 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace) -> None:
-    description = describe(args.store)
+    description = describe(args.store, storage_options=args.storage_options)
     summary = _summary(description)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -103,12 +112,21 @@ def _info(args: argparse.Namespace) -> None:
         )
 
 
-def _validate(args: argparse.Namespace) -> None:
-    from sporadik_dask.validate import validate
+def _validate(args: argparse.Namespace) -> int:
+    """0 for a valid store; 1, with the first failed check on stderr, for one that is not."""
+    from sporadik_dask.errors import StoreNotFoundError
+    from sporadik_dask.validate import Absent, validate
 
+    absent: Absent = "warn" if args.allow_absent_chunks else "error"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AbsentChunkWarning)
-        description = validate(args.store)
+        try:
+            description = validate(args.store, storage_options=args.storage_options, absent=absent)
+        except StoreNotFoundError:
+            raise
+        except SporadikError as invalid:
+            print(f"sporadik-dask: invalid: {_in_flags(_one_line(invalid))}", file=sys.stderr)
+            return 1
     for warning in caught:
         print(f"sporadik-dask: warning: {warning.message}", file=sys.stderr)
     _say(
@@ -116,33 +134,56 @@ def _validate(args: argparse.Namespace) -> None:
         f"{description.location}: valid ({len(description.layouts)} layouts, "
         f"{description.nnz:,} values, every check passed)",
     )
+    return 0
 
 
-def _open_input(args: argparse.Namespace, staging: Path) -> Any:
+def _is_url(location: str) -> bool:
+    return "://" in location
+
+
+def _root_attributes(location: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The root attributes of a zarr group (v2 or v3) at ``location``, or None if there is none."""
+    if not _is_url(location) and not Path(location).is_dir():
+        return None
+    import zarr
+
+    try:
+        group = zarr.open_group(location, mode="r", storage_options=options)
+    except Exception:  # not a zarr group, whatever zarr or the file system says about it
+        return None
+    return dict(group.attrs)
+
+
+def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, Any] | None) -> Any:
     """The array to write from ``args.input``, read lazily or streamed where its format allows."""
     from sporadik_dask import tables
 
-    source = Path(args.input)
-    if tables.is_table(source):
-        if not args.columns:
-            raise SporadikError(
-                f"{args.input} is a table: say which columns hold the coordinates with "
-                "--columns (one per axis) and, unless each row counts one, --values."
-            )
+    if tables.is_table(args.input):
         from sporadik_dask.sources import source_of
 
-        frame = tables.read_table(source, args.columns, args.values, staging)
+        frame = tables.read_table(
+            args.input, args.columns, args.values, staging, args.storage_options
+        )
         return source_of(frame, shape=args.shape, columns=args.columns, values=args.values)
-    if args.columns or args.values or args.shape:
-        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
+    if (attributes or {}).get("encoding-type") == "anndata":
+        return _anndata_matrix(args.input, args.storage_options)
+    if _is_url(args.input):
+        raise SporadikError(
+            f"{args.input!r} is not a sporadik store, an AnnData zarr store or a Parquet or CSV "
+            "table, the inputs read from an object store; copy a .h5ad, .npz or 10x directory "
+            "to a local disk first."
+        )
+    source = Path(args.input)
+    if not source.exists():
+        raise SporadikError(f"{args.input} does not exist.")
     if tables.is_10x(source):
         return _tenx_source(tables.read_10x(source, staging))
     if source.suffix == ".npz":
         import scipy.sparse
 
         return scipy.sparse.load_npz(source)
-    if source.suffix == ".h5ad" or (source / ".zattrs").exists() or _is_anndata_zarr(source):
-        return _anndata_matrix(source)
+    if source.suffix == ".h5ad":
+        return _anndata_matrix(args.input, None)
     raise SporadikError(
         f"Cannot tell what {args.input!r} holds: convert reads an AnnData .h5ad file or .zarr "
         "store, a 10x matrix directory, a Parquet or CSV table, a scipy .npz file, or an "
@@ -166,15 +207,7 @@ def _tenx_source(tenx: Any) -> Any:
     return replace(source, labels=labels)
 
 
-def _is_anndata_zarr(source: Path) -> bool:
-    try:
-        attributes = json.loads((source / "zarr.json").read_text()).get("attributes", {})
-    except (OSError, ValueError):
-        return False
-    return attributes.get("encoding-type") == "anndata"
-
-
-def _anndata_matrix(source: Path) -> Any:
+def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
     """X of an AnnData file as a lazy DataArray with obs and var names as coordinates."""
     try:
         import anndata
@@ -188,17 +221,29 @@ def _anndata_matrix(source: Path) -> Any:
     import sparse
     import xarray as xr
 
-    if source.suffix == ".h5ad":
+    if source.endswith(".h5ad"):
         import h5py
 
-        group: Any = h5py.File(source, "r")
+        try:
+            group: Any = h5py.File(source, "r")
+        except OSError as unreadable:
+            raise SporadikError(
+                f"{source} cannot be opened as HDF5 ({unreadable}); a truncated or unfinished "
+                ".h5ad file looks like this. Copy or write it again."
+            ) from None
     else:
         import zarr
 
-        group = zarr.open_group(source, mode="r")
-    x = read_elem_lazy(group["X"])
-    obs = anndata.io.read_elem(group["obs"]).index.to_numpy().astype(str)
-    var = anndata.io.read_elem(group["var"]).index.to_numpy().astype(str)
+        group = zarr.open_group(source, mode="r", storage_options=options)
+    try:
+        x = read_elem_lazy(group["X"])
+        obs = anndata.io.read_elem(group["obs"]).index.to_numpy().astype(str)
+        var = anndata.io.read_elem(group["var"]).index.to_numpy().astype(str)
+    except (KeyError, OSError) as unreadable:
+        raise SporadikError(
+            f"{source} cannot be read as AnnData ({type(unreadable).__name__}: {unreadable}); "
+            "X, obs or var is missing or damaged."
+        ) from None
     if not isinstance(x._meta, np.ndarray):
         meta = sparse.COO.from_numpy(np.zeros((0, 0), dtype=x.dtype))
         x = x.map_blocks(sparse.COO.from_scipy_sparse, dtype=x.dtype, meta=meta)
@@ -206,19 +251,41 @@ def _anndata_matrix(source: Path) -> Any:
     return xr.DataArray(data, dims=("obs", "var"), coords={"obs": obs, "var": var}, name="X")
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other or the input, before anything is read."""
+    from sporadik_dask.tables import is_table
+
+    if args.byte_addressable and args.chunk:
+        raise SporadikError(
+            "--chunk and --byte-addressable contradict each other: a byte-addressable array is "
+            "one uncompressed chunk. Give one of them."
+        )
+    if is_table(args.input) and not args.columns:
+        raise SporadikError(
+            f"{args.input} is a table: say which columns hold the coordinates with "
+            "--columns (one per axis) and, unless each row counts one, --values."
+        )
+    if not is_table(args.input) and (args.columns or args.values or args.shape):
+        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
+
+
 def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.targets import check_target
     from sporadik_dask.write import add_axis, to_sporadik
 
+    _check_flags(args)
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
+    options = args.storage_options
+    attributes = _root_attributes(args.input, options)
     with _running(args.scheduler, args.quiet) as progress:
-        if _is_sporadik(args.input):
-            if args.output != args.input:
+        if attributes is not None and _is_sporadik(attributes):
+            if args.output.rstrip("/") != args.input.rstrip("/"):
                 raise SporadikError(
                     "To add layouts to an existing store, give it as both INPUT and OUTPUT; "
                     "copying a store is a job for the object store's own tools."
                 )
-            present = describe(args.input)
+            present = describe(args.input, storage_options=options)
             for axis in axes or range(present.rank):
                 write = add_axis(
                     args.input,
@@ -226,18 +293,23 @@ def _convert(args: argparse.Namespace) -> None:
                     chunk=args.chunk,
                     byte_addressable=args.byte_addressable,
                     compute=False,
+                    storage_options=options,
                 )
                 description = progress(write)
         else:
+            check_target(
+                args.output, overwrite=args.overwrite, storage_options=options, inputs=[args.input]
+            )
             with _staging(args) as staging:
                 write = to_sporadik(
-                    _open_input(args, staging),
+                    _open_input(args, staging, attributes),
                     args.output,
                     axes=axes,
                     chunk=args.chunk,
                     byte_addressable=args.byte_addressable,
                     overwrite=args.overwrite,
                     compute=False,
+                    storage_options=options,
                 )
                 description = progress(write)
     assert isinstance(description, StoreDescription)
@@ -256,17 +328,21 @@ def _staging(args: argparse.Namespace) -> Iterator[Path]:
     """
     import tempfile
 
-    parent = args.staging or (Path(args.output).parent if "://" not in args.output else None)
+    parent = args.staging
+    if parent is None and not _is_url(args.output):
+        beside = Path(args.output).absolute().parent
+        parent = beside if beside.is_dir() else None
     with tempfile.TemporaryDirectory(prefix=".sporadik-staging-", dir=parent) as directory:
         yield Path(directory)
 
 
-def _is_sporadik(path: str) -> bool:
-    try:
-        attributes = json.loads((Path(path) / "zarr.json").read_text()).get("attributes", {})
-    except (OSError, ValueError):
-        return False
-    return "sporadik" in attributes
+def _is_sporadik(attributes: dict[str, Any]) -> bool:
+    """Whether root attributes are a sporadik store's, finished or torn (``describe`` then
+    says which)."""
+    from sporadik_dask.labels import LABELS_KEY
+    from sporadik_dask.spec import BLOCK_KEY
+
+    return BLOCK_KEY in attributes or LABELS_KEY in attributes
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -275,8 +351,10 @@ def _demo(args: argparse.Namespace) -> None:
     import xarray as xr
 
     from sporadik_dask.synthetic import counts_matrix
+    from sporadik_dask.targets import check_target
     from sporadik_dask.write import to_sporadik
 
+    check_target(args.output, overwrite=True)  # a store the demo made before, or nothing
     x = counts_matrix(cells=args.cells, genes=args.genes, rows_per_chunk=max(args.cells // 8, 1))
     print(f"input: a dask array {x.shape} of sparse.COO chunks, {x.numblocks[0]} blocks")
     array = xr.DataArray(x, dims=("cell", "gene"), name="counts", attrs={"units": "reads"})
@@ -323,25 +401,61 @@ def _demo(args: argparse.Namespace) -> None:
     )
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(f"not JSON ({bad}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
+    from sporadik_dask import __version__
+
     parser = argparse.ArgumentParser(
         prog="sporadik-dask", description="Write, inspect and check sporadik sparse stores."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     demo = commands.add_parser("demo", help="build a store with dask, open it with xarray")
-    demo.add_argument("--output", default="demo.zarr", help="where to write (default demo.zarr)")
-    demo.add_argument("--cells", type=int, default=40_000)
-    demo.add_argument("--genes", type=int, default=5_000)
+    demo.add_argument(
+        "--output",
+        default="demo.zarr",
+        help="where to write (default demo.zarr); a store already there is replaced, anything "
+        "else is refused",
+    )
+    demo.add_argument("--cells", type=_positive, default=40_000, help="rows (default 40000)")
+    demo.add_argument("--genes", type=_positive, default=5_000, help="columns (default 5000)")
     demo.set_defaults(run=_demo)
 
     info = commands.add_parser("info", help="what a store says about itself")
-    info.add_argument("store")
+    info.add_argument("store", help="a store's path or URL (s3://bucket/prefix)")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=_info)
 
     check = commands.add_parser("validate", help="every check, including those reading data")
-    check.add_argument("store")
+    check.add_argument("store", help="a store's path or URL (s3://bucket/prefix)")
+    check.add_argument(
+        "--allow-absent-chunks",
+        action="store_true",
+        help="warn, rather than fail, on absent chunk objects the layout does not prove to be "
+        "zeros (for a store known to hold stored zeros)",
+    )
     check.set_defaults(run=_validate)
 
     convert = commands.add_parser(
@@ -349,24 +463,45 @@ def _parser() -> argparse.ArgumentParser:
         help="write a store from AnnData, 10x, a table, .npz or a store",
         description="Write every layout of a store from an AnnData .h5ad file or .zarr store, a "
         "10x matrix directory, a Parquet or CSV coordinate table, a scipy .npz file, or an "
-        "existing store (whose missing layouts are added).",
+        "existing store (whose missing layouts are added). OUTPUT must not exist, be an empty "
+        "directory, or (with --overwrite) be a sporadik store; nothing else is ever replaced.",
     )
-    convert.add_argument("input")
-    convert.add_argument("output")
+    convert.add_argument("input", help="the file, directory, store or URL to read")
+    convert.add_argument(
+        "output", help="where to write the store (the same as INPUT to add layouts to a store)"
+    )
     convert.add_argument(
         "--columns", nargs="+", help="a table's coordinate columns, one per axis, in axis order"
     )
     convert.add_argument("--values", help="a table's value column (default: each row counts 1)")
     convert.add_argument(
-        "--shape", type=int, nargs="+", help="axis lengths, for integer coordinate columns"
+        "--shape", type=_positive, nargs="+", help="axis lengths, for integer coordinate columns"
     )
-    convert.add_argument("--staging", help="where to stream gzip'd or Matrix Market input")
+    convert.add_argument(
+        "--staging",
+        help="where to stream gzip'd or Matrix Market input (default: beside OUTPUT)",
+    )
     convert.add_argument("--axes", type=int, nargs="+", help="layouts to write (default all)")
-    convert.add_argument("--chunk", type=int, help="elements per zarr chunk")
-    convert.add_argument("--byte-addressable", action="store_true")
-    convert.add_argument("--overwrite", action="store_true")
+    convert.add_argument("--chunk", type=_positive, help="elements per zarr chunk")
+    convert.add_argument(
+        "--byte-addressable",
+        action="store_true",
+        help="one uncompressed zarr chunk per array, for readers that fetch byte ranges",
+    )
+    convert.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a sporadik store at OUTPUT (never anything else)",
+    )
     convert.set_defaults(run=_convert)
 
+    for command in (info, check, convert):
+        command.add_argument(
+            "--storage-options",
+            type=_json_object,
+            help="a JSON object of fsspec options for s3:// and other URLs, e.g. "
+            '\'{"anon": true}\' or \'{"endpoint_url": "http://localhost:9000"}\'',
+        )
     for command in (demo, convert):
         command.add_argument("--scheduler", help="a dask.distributed scheduler address")
     for command in (demo, check, convert):
@@ -374,15 +509,76 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Python arguments named in messages, and the flags that set them here.
+FLAGS = {
+    r"\boverwrite=True\b": "--overwrite",
+    r"\bbyte_addressable=True\b": "--byte-addressable",
+    r"\bstorage_options\b": "--storage-options",
+    r"\b(shape|columns|values|chunk|axes)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|axes)=": r"--\1 ",
+}
+
+
+def _in_flags(message: str) -> str:
+    """``message`` with the Python arguments it names spelled as this command's flags."""
+    for pattern, flag in FLAGS.items():
+        message = re.sub(pattern, flag, message)
+    return message
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into a closed pipe is quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    0 done; 1 ``validate`` found the store invalid; 2 refused (one line on stderr); 130
+    interrupted; 141 stdout closed early (``| head``).
+    A traceback means a fault in this package, not the user's.
+    """
     args = _parser().parse_args(argv)
     try:
-        args.run(args)
-    except (SporadikError, FileNotFoundError) as error:
-        print(f"sporadik-dask: {error}", file=sys.stderr)
+        status = args.run(args) or 0
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("sporadik-dask: interrupted; nothing was committed", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
+    except (SporadikError, OSError, EOFError) as error:
+        print(f"sporadik-dask: {_in_flags(_one_line(error))}", file=sys.stderr)
         return 2
-    return 0
+    except Exception as error:
+        if not isinstance(error, _object_store_errors()):
+            raise
+        print(
+            f"sporadik-dask: {_one_line(error)} (reaching the object store: set its credentials, "
+            "or give them, an endpoint or anon with --storage-options)",
+            file=sys.stderr,
+        )
+        return 2
+    return int(status)
+
+
+def _object_store_errors() -> tuple[type[BaseException], ...]:
+    """The object-store client's own errors (no credentials, a bad endpoint), when loaded; s3fs
+    lets botocore's through, where other failures arrive as an ``OSError``."""
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is None:
+        return ()
+    return (botocore.BotoCoreError, botocore.ClientError)
+
+
+def _one_line(error: BaseException) -> str:
+    message = " ".join(str(error).split())
+    if isinstance(error, SporadikError):
+        return message
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 if __name__ == "__main__":  # pragma: no cover

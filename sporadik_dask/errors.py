@@ -65,8 +65,10 @@ class AbsentChunkWarning(UserWarning):
     """
 
 
-class FetchError(OSError):
+class FetchError(SporadikError, OSError):
     """A chunk could not be fetched from the store, after the store's own retries.
 
-    The read stops here: a chunk that could not be fetched is never read as zeros.
+    The read stops here: a chunk that could not be fetched is never read as zeros. Both a
+    `SporadikError` (one thing to catch for what this package refuses) and an `OSError` (what
+    a failed I/O is everywhere else).
     """

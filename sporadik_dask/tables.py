@@ -7,8 +7,10 @@ Parquet parts in a staging directory, so no process ever holds more than one pie
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,19 +44,76 @@ def is_table(path: str | Path) -> bool:
     return str(path).lower().endswith(TABLE_SUFFIXES)
 
 
-def read_table(path: str | Path, columns: Sequence[str], values: str | None, staging: Path) -> Any:
-    """The coordinate and value columns of a Parquet or CSV table, as a dask DataFrame."""
+def read_table(
+    path: str | Path,
+    columns: Sequence[str],
+    values: str | None,
+    staging: Path,
+    storage_options: dict[str, Any] | None = None,
+) -> Any:
+    """The coordinate and value columns of a Parquet or CSV table, as a dask DataFrame.
+
+    Columns the table does not have are refused here, naming those it has, rather than by the
+    parser once the workers read it.
+    """
     dd = _dataframe()
     wanted = [*columns, *([values] if values else [])]
     name = str(path).lower()
-    if name.endswith((".parquet", ".pq")):
-        return dd.read_parquet(path, columns=wanted)
-    sep = "\t" if ".tsv" in name else ","
-    if name.endswith(".gz"):
+    options = {"storage_options": storage_options} if storage_options else {}
+    with _reading(path):
+        if name.endswith((".parquet", ".pq")):
+            frame = dd.read_parquet(path, **options)
+            _check_columns(path, wanted, list(frame.columns))
+            frame = frame[wanted]
+            if frame.head(1, npartitions=1).empty and frame.head(1, npartitions=-1).empty:
+                _no_rows(path)
+            return frame
         import pandas as pd
 
-        return _staged(pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS), staging)
-    return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE)
+        sep = "\t" if ".tsv" in name else ","
+        first = pd.read_csv(path, sep=sep, nrows=1, **options)
+        _check_columns(path, wanted, list(first.columns))
+        if first.empty:
+            _no_rows(path)
+        if name.endswith(".gz"):
+            pieces = pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS, **options)
+            return _staged(pieces, staging)
+        return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE, **options)
+
+
+def _no_rows(path: str | Path) -> None:
+    raise SporadikError(
+        f"{path} has a header and no rows: there is nothing to write, and a store of no values "
+        "would hide that the table came out empty."
+    )
+
+
+def _check_columns(path: str | Path, wanted: Sequence[str], present: Sequence[str]) -> None:
+    missing = [column for column in wanted if column not in present]
+    if missing:
+        raise SporadikError(
+            f"{path} has no column {', '.join(map(repr, missing))}; it has "
+            f"{', '.join(map(repr, present))}. Check --columns and --values."
+        )
+
+
+@contextlib.contextmanager
+def _reading(path: str | Path) -> Iterator[None]:
+    """Name ``path`` in what goes wrong reading it: a cut gzip stream, undecodable text, a line
+    the parser cannot split; the library's own message alone does not say which file."""
+    import pandas as pd
+
+    try:
+        yield
+    except SporadikError:
+        raise
+    except (EOFError, zlib.error, gzip.BadGzipFile) as cut:
+        raise SporadikError(
+            f"{path} ends before its gzip stream does ({cut}): the file is truncated, so its "
+            "last values are missing. Copy or download it again."
+        ) from cut
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as bad:
+        raise SporadikError(f"{path} cannot be read as a table: {bad}") from bad
 
 
 def _staged(pieces: Iterator[Any], staging: Path) -> Any:
@@ -102,7 +161,19 @@ def _text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8")
 
 
-def _header(stream: io.TextIOBase, path: Path) -> tuple[int, int, int, str]:
+@dataclass(frozen=True, slots=True)
+class _Header:
+    """The size line and field of a Matrix Market coordinate file."""
+
+    rows: int
+    columns: int
+    entries: int
+    field: str
+    #: Lines before the first entry (banner, comments, size line), to name an entry's line.
+    lines: int
+
+
+def _header(stream: io.TextIOBase, path: Path) -> _Header:
     """Rows, columns, entries and field of a Matrix Market coordinate file, refusing others."""
     banner = stream.readline().split()
     if len(banner) != 5 or banner[0] != "%%MatrixMarket" or banner[1:3] != ["matrix", "coordinate"]:
@@ -116,11 +187,16 @@ def _header(stream: io.TextIOBase, path: Path) -> tuple[int, int, int, str]:
             f"{path} is a {field} {symmetry} matrix; only integer, real or pattern general "
             "matrices are read (a symmetric file stores half its values)."
         )
-    line = stream.readline()
+    line, lines = stream.readline(), 2
     while line.startswith("%"):
-        line = stream.readline()
-    rows, columns, entries = (int(n) for n in line.split())
-    return rows, columns, entries, field
+        line, lines = stream.readline(), lines + 1
+    try:
+        rows, columns, entries = (int(n) for n in line.split())
+    except ValueError:
+        raise SporadikError(
+            f"{path}: line {lines} should give rows, columns and entries, and holds {line!r}."
+        ) from None
+    return _Header(rows, columns, entries, field, lines)
 
 
 def read_10x(directory: str | Path, staging: Path) -> TenX:
@@ -136,25 +212,22 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
     features = pd.read_csv(
         _first(directory, "features.tsv", "genes.tsv"), sep="\t", header=None, dtype=str
     ).iloc[:, 0]
-    with _text(matrix) as stream:
-        n_features, n_barcodes, entries, field = _header(stream, matrix)
+    with _reading(matrix), _text(matrix) as stream:
+        header = _header(stream, matrix)
+        n_features, n_barcodes = header.rows, header.columns
         if (n_features, n_barcodes) != (len(features), len(barcodes)):
             raise SporadikError(
                 f"{matrix} is {n_features} features x {n_barcodes} barcodes, but the directory "
                 f"lists {len(features)} features and {len(barcodes)} barcodes; the names would "
                 "land on the wrong rows."
             )
-        names = ["var", "obs"] if field == "pattern" else ["var", "obs", "value"]
-        value_dtype = {"integer": np.int32, "real": np.float64}.get(field, np.int32)
-        pieces = pd.read_csv(
-            stream,
-            sep=r"\s+",
-            header=None,
-            names=names,
-            dtype={"var": np.int64, "obs": np.int64, "value": value_dtype},
-            chunksize=STAGE_ROWS,
+        names = ["var", "obs"] if header.field == "pattern" else ["var", "obs", "value"]
+        pieces = pd.read_csv(  # as floats, so a line cut short is a NaN at a known line
+            stream, sep=r"\s+", header=None, names=names, dtype=np.float64, chunksize=STAGE_ROWS
         )
-        frame = _staged(_one_based(pieces), staging) if entries else None
+        read = _Entries(matrix, header)
+        frame = _staged(read.one_based(pieces), staging) if header.entries else None
+        read.check_count()
     if frame is None:
         raise SporadikError(f"{matrix} holds no entries; there is nothing to write.")
     return TenX(
@@ -165,10 +238,81 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
     )
 
 
-def _one_based(pieces: Iterator[Any]) -> Iterator[Any]:
-    for piece in pieces:
-        piece["var"] -= 1
-        piece["obs"] -= 1
-        if "value" not in piece:
-            piece["value"] = np.int32(1)
-        yield piece[["obs", "var", "value"]]
+class _Entries:
+    """Matrix Market entries made 0-based as they stream past, checked against the header.
+
+    A file cut short (a copy that did not finish) parses cleanly up to its last whole line, so the
+    count the header declares is the only sign that values are missing.
+    """
+
+    def __init__(self, path: Path, header: _Header) -> None:
+        self.path, self.header, self.read = path, header, 0
+
+    def one_based(self, pieces: Iterator[Any]) -> Iterator[Any]:
+        """Each piece with 1-based positions made 0-based and a value of 1 for a pattern file."""
+        import pandas as pd
+
+        while True:
+            try:
+                piece = next(pieces)
+            except StopIteration:
+                return
+            except ValueError as bad:  # pandas: a field that is not a number
+                raise SporadikError(
+                    f"{self.path}: an entry after line {self._line(self.read)} cannot be read "
+                    f"({bad}); a line is cut short or holds something other than numbers."
+                ) from bad
+            cut = np.flatnonzero(piece.isna().any(axis=1).to_numpy())
+            if len(cut):
+                raise SporadikError(
+                    f"{self.path}, line {self._line(self.read + int(cut[0]))}: the entry has "
+                    f"fewer than {len(piece.columns)} numbers; the line was cut short (a copy "
+                    "that did not finish?), so its value cannot be known."
+                )
+            self._check_positions(piece["var"].to_numpy(), self.header.rows, "row")
+            self._check_positions(piece["obs"].to_numpy(), self.header.columns, "column")
+            value_dtype = np.float64 if self.header.field == "real" else np.int32
+            if "value" in piece and value_dtype == np.int32:
+                self._check_integers(piece["value"].to_numpy())
+            self.read += len(piece)
+            yield pd.DataFrame(
+                {
+                    "obs": piece["obs"].to_numpy(np.int64) - 1,
+                    "var": piece["var"].to_numpy(np.int64) - 1,
+                    "value": piece["value"].to_numpy(value_dtype) if "value" in piece else 1,
+                }
+            ).astype({"value": value_dtype})
+
+    def _line(self, entry: int) -> int:
+        return self.header.lines + entry + 1
+
+    def _check_positions(self, positions: np.ndarray[Any, Any], size: int, what: str) -> None:
+        wrong = np.flatnonzero((positions < 1) | (positions > size) | (positions % 1 != 0))
+        if len(wrong):
+            first = int(wrong[0])
+            raise SporadikError(
+                f"{self.path}, line {self._line(self.read + first)}: {what} "
+                f"{positions[first]:g} is not a whole number in 1..{size}; Matrix Market counts "
+                "from 1 up to the size its header declares, so this entry would land on the "
+                "wrong cell."
+            )
+
+    def _check_integers(self, values: np.ndarray[Any, Any]) -> None:
+        limit = np.iinfo(np.int32)
+        wrong = np.flatnonzero((values < limit.min) | (values > limit.max) | (values % 1 != 0))
+        if len(wrong):
+            first = int(wrong[0])
+            raise SporadikError(
+                f"{self.path}, line {self._line(self.read + first)}: value {values[first]:g} is "
+                "not a 32-bit integer, as the header's 'integer' field promises; it would be "
+                "stored wrapped or rounded. Declare the field 'real' if that is what it holds."
+            )
+
+    def check_count(self) -> None:
+        """Refuse a file holding fewer (or more) entries than its header declares."""
+        if self.read != self.header.entries:
+            raise SporadikError(
+                f"{self.path} declares {self.header.entries:,} entries in its header and holds "
+                f"{self.read:,}: the file is truncated or was edited, and converting it would "
+                "silently drop values. Copy or download it again."
+            )

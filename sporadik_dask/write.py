@@ -18,7 +18,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from sporadik_dask.describe import StoreDescription, describe
-from sporadik_dask.errors import LayoutError, StoreExistsError, StoreNotFoundError
+from sporadik_dask.errors import LayoutError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
@@ -31,6 +31,7 @@ from sporadik_dask.spec import (
     Block,
 )
 from sporadik_dask.storage import StoreLike, location_of, open_group
+from sporadik_dask.targets import check_target
 
 __all__ = [
     "StoreWrite",
@@ -183,24 +184,42 @@ def plan_source(
     }
 
 
+def _read_from(x: Any) -> list[str]:
+    """Locations of the sporadik stores ``x`` reads lazily: a target there must be refused.
+
+    Only this package's readers are recognised (a DataArray's encoding, a dask graph's values);
+    the command line also names its input file.
+    """
+    from sporadik_dask.read import StoreReader
+
+    found: list[Any] = list(getattr(x, "encoding", {}).values())
+    for collection in (x, getattr(x, "data", None)):
+        graph: Any = getattr(collection, "__dask_graph__", lambda: None)()
+        found.extend(dict(graph or {}).values())
+    return [value.location for value in found if isinstance(value, StoreReader)]
+
+
 def _prepare(
     store: StoreLike,
     storage_options: dict[str, Any] | None,
     overwrite: bool,
     labels: Labels | None,
+    inputs: Sequence[str] = (),
 ) -> zarr.Group:
-    """An empty root group at ``store``, holding no block; the old block goes first."""
-    try:
-        existing = open_group(store, mode="r+", storage_options=storage_options)
-    except StoreNotFoundError:
-        existing = None
-    if existing is not None:
-        if not overwrite:
-            raise StoreExistsError(
-                f"{location_of(store)} already holds a zarr group; pass overwrite=True to replace "
-                "it. Writing over it would mix old chunks with new ones."
-            )
-        if BLOCK_KEY in existing.attrs:
+    """An empty root group at ``store``, holding no block; the old block goes first.
+
+    :func:`~sporadik_dask.targets.check_target` decides whether anything there may be replaced
+    (only a sporadik store, with ``overwrite``), since opening with ``mode="w"`` deletes it all.
+    """
+    target = check_target(
+        store, overwrite=overwrite, storage_options=storage_options, inputs=inputs
+    )
+    if not target.empty:
+        try:
+            existing = open_group(store, mode="r+", storage_options=storage_options)
+        except StoreNotFoundError:  # torn before its root document was written
+            existing = None
+        if existing is not None and BLOCK_KEY in existing.attrs:
             del existing.attrs[BLOCK_KEY]
     root = zarr.open_group(
         store,
@@ -271,7 +290,9 @@ def to_sporadik(
         What two values at one cell mean: ``"sum"`` adds them, as scipy does; ``"refuse"``
         raises before anything is written.
     overwrite
-        Replace an existing store; its block is removed before anything else is touched.
+        Replace an existing sporadik store (finished or torn); its block is removed before
+        anything else is touched. A location holding anything else is never replaced, nor one
+        that is, holds or lies inside a store ``x`` is read from.
     compute
         If False, return a :class:`StoreWrite`; computing it writes, then commits the block.
     partition_bytes
@@ -288,6 +309,8 @@ def to_sporadik(
         pass over ``x`` counts values per position when this is called; the values move when
         the write is computed.
     """
+    inputs = _read_from(x)
+    check_target(store, overwrite=overwrite, storage_options=storage_options, inputs=inputs)
     source = source_of(x, shape=shape, columns=columns, values=values)
     plans = plan_source(
         source,
@@ -297,7 +320,7 @@ def to_sporadik(
         byte_addressable=byte_addressable,
         partition_bytes=partition_bytes,
     )
-    root = _prepare(store, storage_options, overwrite, source.labels)
+    root = _prepare(store, storage_options, overwrite, source.labels, inputs)
     block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
     layouts = root.create_group(LAYOUTS_GROUP)
     return _write(source, plans, layouts, byte_addressable, block, location_of(store), compute)

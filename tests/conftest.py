@@ -1,4 +1,5 @@
-"""Shared fixtures: a real `distributed.LocalCluster` with worker processes."""
+"""Shared fixtures: a real `distributed.LocalCluster` with worker processes, and a bucket on a
+real S3-protocol server on loopback."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ def client() -> Iterator[Any]:
         Client(cluster) as client,
     ):
         yield client
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, Any]]:
+    """A bucket on a moto server started here, and the storage_options that reach it."""
+    from sporadik_dask.testing import LoopbackS3
+
+    with LoopbackS3() as server:
+        yield {"storage_options": server.storage_options(), "bucket": server.bucket}

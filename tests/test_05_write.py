@@ -197,6 +197,85 @@ def test_overwrite_removes_the_old_block_before_anything_else(tmp_path: Path) ->
     assert "sporadik" not in store.documents[0]["attributes"]
 
 
+def _anndata_store(path: Path, zarr_format: int) -> anndata.AnnData:
+    adata = anndata.AnnData(sp.random(20, 10, density=0.3, format="csr", random_state=3))
+    with anndata.settings.override(zarr_write_format=zarr_format):
+        adata.write_zarr(path)
+    return adata
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_directory_holding_other_files_is_never_replaced(tmp_path: Path, overwrite: bool) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "notes.txt").write_text("x")
+    with pytest.raises(sd.StoreExistsError, match=r"results already holds something other.*'notes"):
+        sd.to_sporadik(np.eye(5), results, overwrite=overwrite)
+    assert [p.name for p in results.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_anndata_store_is_never_replaced_even_with_overwrite(
+    tmp_path: Path, zarr_format: int
+) -> None:
+    path = tmp_path / "in.zarr"
+    adata = _anndata_store(path, zarr_format)
+    with pytest.raises(sd.StoreExistsError, match="never replaced, even with overwrite=True"):
+        sd.to_sporadik(np.eye(5), path, overwrite=True)
+    assert (anndata.read_zarr(path).X != adata.X).nnz == 0
+
+
+def test_an_empty_directory_is_written_into_without_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert sd.to_sporadik(np.eye(5), tmp_path / "empty").nnz == 5
+
+
+def test_a_file_is_refused_as_a_target(tmp_path: Path) -> None:
+    (tmp_path / "out.zarr").write_text("x")
+    with pytest.raises(sd.StoreExistsError, match=r"out\.zarr is a file"):
+        sd.to_sporadik(np.eye(5), tmp_path / "out.zarr", overwrite=True)
+    assert (tmp_path / "out.zarr").read_text() == "x"
+
+
+def test_a_torn_store_is_refused_without_overwrite_and_replaced_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(np.eye(5), path, compute=False)  # never computed: no block
+    with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
+        sd.to_sporadik(np.eye(6), path)
+    assert sd.to_sporadik(np.eye(6), path, overwrite=True).shape == (6, 6)
+
+
+@pytest.mark.parametrize("opened", ["from_sporadik", "open_dataset", "open_dataset chunks={}"])
+def test_the_store_being_read_is_never_the_target(tmp_path: Path, opened: str) -> None:
+    path = tmp_path / "s.zarr"
+    dense = random_dense(np.random.default_rng(20), (30, 20), 0.2)
+    sd.to_sporadik(dense, path)
+    if opened == "from_sporadik":
+        x = sd.from_sporadik(path)
+    else:
+        chunks = {} if "chunks" in opened else None
+        ds = xr.open_dataset(path, engine="sporadik", chunks=chunks)
+        x = ds[next(iter(ds.data_vars))]
+    with pytest.raises(sd.StoreExistsError, match="writing there would delete the input"):
+        sd.to_sporadik(x, path, overwrite=True)
+    with pytest.raises(sd.StoreExistsError, match="is the input"):
+        sd.to_sporadik(x, path / "inside.zarr")
+    np.testing.assert_array_equal(read_back(path), dense)
+
+
+def test_a_memory_store_holding_another_group_is_never_replaced() -> None:
+    store = zarr.storage.MemoryStore()
+    zarr.open_group(store, mode="w", zarr_format=2).create_array("a", data=np.arange(3))
+    with pytest.raises(sd.StoreExistsError, match="'a'"):
+        sd.to_sporadik(np.eye(5), store, overwrite=True)
+    assert zarr.open_group(store, mode="r")["a"][:].tolist() == [0, 1, 2]
+    empty = zarr.storage.MemoryStore()
+    assert sd.to_sporadik(np.eye(5), empty).nnz == 5
+    with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
+        sd.to_sporadik(np.eye(5), empty)
+    assert sd.to_sporadik(np.eye(4), empty, overwrite=True).nnz == 4
+
+
 def test_a_failed_chunk_write_leaves_no_block(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(18), (60, 40), 0.3)
     store = RecordingStore(LocalStore(tmp_path / "s.zarr"), fail_on="layouts/axis1/data/c/1")

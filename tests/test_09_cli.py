@@ -4,9 +4,13 @@ and says a user's mistake in one line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anndata
 import numpy as np
@@ -15,6 +19,7 @@ import scipy.sparse as sp
 import sporadik
 import zarr
 
+import sporadik_dask as sd
 from sporadik_dask.cli import main
 from tests.helpers import random_dense, write_reference
 
@@ -71,8 +76,22 @@ def test_info_and_validate_describe_a_store(
     assert "layouts/axis1" in capsys.readouterr().out
     assert main(["validate", str(path)]) == 0
     zarr.open_array(path / "layouts" / "axis1" / "indptr", mode="r+")[3] = 0
-    assert main(["validate", str(path)]) == 2
-    assert "indptr decreases" in capsys.readouterr().err
+    assert main(["validate", str(path)]) == 1
+    assert "invalid: " in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "missing.zarr")]) == 2
+
+
+def test_validate_fails_on_a_deleted_chunk_unless_absent_chunks_are_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(random_dense(np.random.default_rng(8), (80, 50), 0.3), path, chunk=64)
+    (path / "layouts" / "axis0" / "indices" / "c" / "2").unlink()
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "invalid: " in err and "'indices' (ids 2)" in err
+    assert main(["validate", "--allow-absent-chunks", str(path)]) == 0
+    assert "warning: " in capsys.readouterr().err
 
 
 def test_a_mistake_is_one_line_and_exit_status_two() -> None:
@@ -120,3 +139,270 @@ def test_progress_is_drawn_on_a_terminal_and_not_with_quiet(tmp_path: Path) -> N
     status, printed = run_on_terminal([*command, str(tmp_path / "b.zarr"), "--quiet"])
     assert status == 0 and printed == "", printed
     np.testing.assert_array_equal(read_back(tmp_path / "b.zarr"), matrix.toarray())
+
+
+# Nothing destroyed: the overwrite rule at the command line.
+
+
+def _adata(rows: int = 60, columns: int = 25) -> anndata.AnnData:
+    dense = random_dense(np.random.default_rng(5), (rows, columns), 0.2)
+    return anndata.AnnData(sp.csr_matrix(dense))
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"]], ids=["plain", "--overwrite"])
+def test_a_directory_of_other_files_is_refused_as_output_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    _adata().write_h5ad(tmp_path / "in.h5ad")
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "notes.txt").write_text("x")
+    assert main(["convert", str(tmp_path / "in.h5ad"), str(results), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"{results} already holds something other than a sporadik store ('notes.txt')" in err
+    assert "never replaced, even with --overwrite" in err and err.count("\n") == 1
+    assert [p.name for p in results.iterdir()] == ["notes.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging
+
+
+def test_an_anndata_zarr_store_is_refused_as_output_even_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    adata = _adata()
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    adata.write_zarr(tmp_path / "other.zarr")  # anndata's default: zarr format 2
+    command = ["convert", str(tmp_path / "in.h5ad"), str(tmp_path / "other.zarr"), "--quiet"]
+    assert main([*command, "--overwrite"]) == 2
+    assert "other.zarr already holds something other" in capsys.readouterr().err
+    assert (anndata.read_zarr(tmp_path / "other.zarr").X != adata.X).nnz == 0
+
+
+def test_the_input_is_refused_as_output_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    adata = _adata()
+    adata.write_zarr(tmp_path / "in.zarr")
+    for output in ("in.zarr", "in.zarr/out.zarr"):
+        command = ["convert", str(tmp_path / "in.zarr"), str(tmp_path / output), "--overwrite"]
+        assert main(command) == 2
+        assert "writing there would delete the input" in capsys.readouterr().err
+    assert (anndata.read_zarr(tmp_path / "in.zarr").X != adata.X).nnz == 0
+
+
+def test_a_store_is_replaced_only_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _adata(60, 25).write_h5ad(tmp_path / "a.h5ad")
+    _adata(30, 40).write_h5ad(tmp_path / "b.h5ad")
+    out = str(tmp_path / "out.zarr")
+    assert main(["convert", str(tmp_path / "a.h5ad"), out, "--quiet"]) == 0
+    assert main(["convert", str(tmp_path / "b.h5ad"), out, "--quiet"]) == 2
+    assert "already holds a sporadik store; pass --overwrite to replace it" in (
+        capsys.readouterr().err
+    )
+    assert sporadik.describe(out).shape == (60, 25)
+    assert main(["convert", str(tmp_path / "b.h5ad"), out, "--quiet", "--overwrite"]) == 0
+    assert sporadik.describe(out).shape == (30, 40)
+
+
+def test_the_demo_refuses_a_directory_that_is_not_a_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["demo", "--output", str(tmp_path), "--cells", "50", "--genes", "20"]) == 2
+    printed = capsys.readouterr()
+    assert "already holds something other than a sporadik store" in printed.err
+    assert printed.out == ""
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+# Nothing silently accepted: a mistake is one line naming the flags, and exit status 2.
+
+
+def _truncated_h5ad(tmp_path: Path) -> list[str]:
+    _adata().write_h5ad(tmp_path / "in.h5ad")
+    data = (tmp_path / "in.h5ad").read_bytes()
+    (tmp_path / "in.h5ad").write_bytes(data[: len(data) * 9 // 10])
+    return [str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr")]
+
+
+def _table(tmp_path: Path, text: str) -> str:
+    (tmp_path / "t.csv").write_text(text)
+    return str(tmp_path / "t.csv")
+
+
+MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
+    "a truncated .h5ad": (_truncated_h5ad, r"in\.h5ad cannot be opened as HDF5 \(.*truncated"),
+    "a misspelled --columns": (
+        lambda p: [_table(p, "cell,gene\nc1,g1\n"), str(p / "o.zarr"), "--columns", "cell", "gen"],
+        r"t\.csv has no column 'gen'; it has 'cell', 'gene'",
+    ),
+    "an empty CSV": (
+        lambda p: [_table(p, "cell,gene\n"), str(p / "o.zarr"), "--columns", "cell", "gene"],
+        r"t\.csv has a header and no rows",
+    ),
+    "a CSV of nothing": (
+        lambda p: [_table(p, ""), str(p / "o.zarr"), "--columns", "cell", "gene"],
+        r"t\.csv cannot be read as a table: No columns to parse",
+    ),
+    "an output that is a file": (
+        lambda p: [*_truncated_h5ad(p)[:1], _table(p, "x")],
+        r"t\.csv is a file, and a store is a directory",
+    ),
+    "--chunk with --byte-addressable": (
+        lambda p: [*_truncated_h5ad(p), "--chunk", "64", "--byte-addressable"],
+        r"--chunk and --byte-addressable contradict each other",
+    ),
+    "a shape for names": (
+        lambda p: [
+            _table(p, "a,b\nx,y\n"),
+            str(p / "o.zarr"),
+            *["--columns", "a", "b", "--shape", "3", "3"],
+        ],
+        r"--shape gives its axis length 3; the names decide the axis, so leave --shape out\.",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistake_is_one_line_naming_the_file_and_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mistake: str
+) -> None:
+    make, message = MISTAKES[mistake]
+    arguments = make(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["convert", *arguments, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sporadik-dask: "), err
+    assert re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written or staged
+
+
+def test_an_unreachable_scheduler_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dask
+    from distributed.utils import open_port
+
+    _adata().write_h5ad(tmp_path / "in.h5ad")
+    address = f"tcp://127.0.0.1:{open_port()}"
+    command = ["convert", str(tmp_path / "in.h5ad"), str(tmp_path / "o.zarr")]
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        assert main([*command, "--scheduler", address, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sporadik-dask: Cannot reach the dask scheduler at '{address}'")
+    assert err.count("\n") == 1
+
+
+def test_a_chunk_of_zero_is_refused_and_every_argument_says_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from sporadik_dask.cli import _parser
+
+    with pytest.raises(SystemExit) as refused:
+        main(["convert", "in.h5ad", "out.zarr", "--chunk", "0"])
+    assert refused.value.code == 2
+    assert "argument --chunk: must be at least 1, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as shown:
+        main(["--version"])
+    assert shown.value.code == 0 and capsys.readouterr().out.startswith("sporadik-dask 0.")
+    parser = _parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.dest} has no help text"
+
+
+def test_a_failed_fetch_is_a_sporadik_error_and_an_oserror() -> None:
+    from sporadik_dask.errors import FetchError, SporadikError
+
+    assert issubclass(FetchError, SporadikError) and issubclass(FetchError, OSError)
+
+
+def _cli() -> list[str]:
+    return [str(Path(sys.executable).parent / "sporadik-dask")]
+
+
+def test_ctrl_c_says_nothing_was_committed(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    matrix = sp.random(20_000, 3_000, density=0.05, format="csr", random_state=9, dtype=np.float32)
+    sp.save_npz(tmp_path / "m.npz", matrix, compressed=False)
+    running = subprocess.Popen(
+        [*_cli(), "convert", str(tmp_path / "m.npz"), str(tmp_path / "out.zarr"), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".sporadik-staging") for p in tmp_path.iterdir()):
+        assert running.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.5)
+    running.send_signal(signal.SIGINT)
+    _, err = running.communicate(timeout=120)
+    assert running.returncode == 130, err
+    assert err == "sporadik-dask: interrupted; nothing was committed\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["m.npz"], ["m.npz", "out.zarr"])
+    if (tmp_path / "out.zarr").exists():
+        assert "sporadik" not in zarr.open_group(tmp_path / "out.zarr", mode="r").attrs
+
+
+def test_info_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    path = write_reference(tmp_path / "s.zarr", np.eye(30), {0: (1,), 1: (0,)})
+    running = subprocess.Popen(
+        [*_cli(), "info", str(path), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert running.stdout is not None and running.stderr is not None
+    running.stdout.close()  # as `| head -1` does once it has its line; here before any
+    err = running.stderr.read()
+    assert running.wait(timeout=120) == 141
+    assert err == b""
+
+
+# Object stores: --storage-options reaches inputs and outputs alike.
+
+
+def test_convert_info_and_validate_reach_an_s3_bucket(
+    tmp_path: Path, s3: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = ["--storage-options", json.dumps(s3["storage_options"])]
+    prefix = f"s3://{s3['bucket']}/{uuid.uuid4().hex}"
+    adata = _adata()
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    store = f"{prefix}/counts.zarr"
+    assert main(["convert", str(tmp_path / "in.h5ad"), store, "--axes", "0", *options]) == 0
+    assert main(["convert", store, store, "--quiet", *options]) == 0  # adds the other layout
+    assert main(["info", store, "--json", *options]) == 0
+    assert "layouts/axis1" in capsys.readouterr().out
+    remote = zarr.storage.FsspecStore.from_url(
+        f"{prefix}/in.zarr", storage_options=s3["storage_options"]
+    )
+    adata.write_zarr(remote)
+    assert main(["convert", f"{prefix}/in.zarr", f"{prefix}/in.zarr", *options]) == 2
+    assert "writing there would delete the input" in capsys.readouterr().err
+    assert main(["convert", f"{prefix}/in.zarr", f"{prefix}/b.zarr", "--quiet", *options]) == 0
+    assert main(["validate", f"{prefix}/b.zarr", *options]) == 0
+    dense = adata.X.toarray()
+    for written in (store, f"{prefix}/b.zarr"):
+        y = sd.from_sporadik(written, storage_options=s3["storage_options"], axis=1)
+        np.testing.assert_array_equal(y.compute().todense(), dense)
+
+
+def test_s3_without_credentials_is_one_line(
+    s3: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    no_keys = {k: v for k, v in s3["storage_options"].items() if k not in ("key", "secret")}
+    store = f"s3://{s3['bucket']}/{uuid.uuid4().hex}/counts.zarr"
+    assert main(["info", store, "--storage-options", json.dumps(no_keys)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sporadik-dask: NoCredentialsError: Unable to locate credentials")
+    assert "--storage-options" in err and err.count("\n") == 1

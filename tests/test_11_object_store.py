@@ -21,13 +21,6 @@ from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
 from tests.helpers import random_dense
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, Any]]:
-    """A bucket on a moto server started here, and the storage_options that reach it."""
-    with LoopbackS3() as server:
-        yield {"storage_options": server.storage_options(), "bucket": server.bucket}
-
-
 def _url(s3: dict[str, Any]) -> str:
     return f"s3://{s3['bucket']}/{uuid.uuid4().hex}/counts.zarr"
 

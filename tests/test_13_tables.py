@@ -6,7 +6,9 @@ reference."""
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import anndata
@@ -99,6 +101,84 @@ def test_a_matrix_market_file_that_is_not_a_general_coordinate_matrix_is_refused
     assert not (tmp_path / "out.zarr").exists()
 
 
+def _edited_10x(directory: Path, edit: Callable[[list[str]], list[str]], *, gz: bool) -> None:
+    """A Cell Ranger 2 directory whose matrix.mtx had its lines edited, gzip'd if asked."""
+    write_10x(directory, counts((40, 300), 0.2, 4), v3=False)
+    lines = (directory / "matrix.mtx").read_text().splitlines(keepends=True)
+    (directory / "matrix.mtx").write_text("".join(edit(lines)))
+    if gz:
+        gzipped(directory / "matrix.mtx")
+
+
+def _first_entry(lines: list[str]) -> int:
+    return next(i for i, line in enumerate(lines) if not line.startswith("%")) + 1
+
+
+def _zero_row(lines: list[str]) -> list[str]:
+    at = _first_entry(lines) + 9
+    return [*lines[:at], "0" + lines[at][lines[at].index(" ") :], *lines[at + 1 :]]
+
+
+def _huge_value(lines: list[str]) -> list[str]:
+    at = _first_entry(lines) + 4
+    row, column, _ = lines[at].split()
+    return [*lines[:at], f"{row} {column} 3000000000\n", *lines[at + 1 :]]
+
+
+EDITS: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
+    "cut after whole lines": (
+        lambda lines: lines[:1000],
+        r"matrix\.mtx(\.gz)? declares 2,400 entries in its header and holds 997",
+    ),
+    "cut mid-line": (
+        lambda lines: [*lines[:1000], lines[1000].split()[0] + " "],
+        r"matrix\.mtx(\.gz)?, line 1001: the entry has fewer than 3 numbers",
+    ),
+    "a 0 in a 1-based file": (
+        _zero_row,
+        r"matrix\.mtx(\.gz)?, line 13: row 0 is not a whole number in 1\.\.40",
+    ),
+    "a value past int32": (
+        _huge_value,
+        r"matrix\.mtx(\.gz)?, line 8: value 3e\+09 is not a 32-bit integer",
+    ),
+    "extra entries": (
+        lambda lines: [*lines, lines[-1]],
+        r"declares 2,400 entries in its header and holds 2,401",
+    ),
+}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+@pytest.mark.parametrize("edit", EDITS)
+def test_a_matrix_market_file_that_is_cut_or_wrong_is_refused_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: str, gz: bool
+) -> None:
+    change, message = EDITS[edit]
+    _edited_10x(tmp_path / "raw", change, gz=gz)
+    assert main(["convert", str(tmp_path / "raw"), str(tmp_path / "out.zarr"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # no store, no staging
+
+
+def test_a_gzip_stream_cut_short_is_refused_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _edited_10x(tmp_path / "raw", lambda lines: lines, gz=True)
+    packed = (tmp_path / "raw" / "matrix.mtx.gz").read_bytes()
+    (tmp_path / "raw" / "matrix.mtx.gz").write_bytes(packed[: len(packed) // 2])
+    assert main(["convert", str(tmp_path / "raw"), str(tmp_path / "out.zarr"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "matrix.mtx.gz ends before its gzip stream does" in err and err.count("\n") == 1
+    table = tmp_path / "t.csv.gz"
+    transcripts(5_000, 5).to_csv(table, index=False)
+    table.write_bytes(table.read_bytes()[:20_000])
+    command = ["convert", str(table), str(tmp_path / "t.zarr"), "--columns", "cell_id", "qv"]
+    assert main([*command, "--quiet"]) == 2
+    assert "t.csv.gz ends before its gzip stream does" in capsys.readouterr().err
+
+
 def transcripts(n: int, seed: int) -> pd.DataFrame:
     """A spatial transcript table: one row per detected molecule, named cell and gene."""
     rng = np.random.default_rng(seed)
@@ -146,7 +226,7 @@ def test_a_table_of_integer_positions_and_values_needs_a_shape(
     args = ["convert", str(tmp_path / "edges.parquet"), str(tmp_path / "g.zarr")]
     args += ["--columns", "row", "col", "--values", "w", "--quiet"]
     assert main(args) == 2
-    assert "needs shape=" in capsys.readouterr().err
+    assert "needs --shape:" in capsys.readouterr().err
     assert main([*args, "--shape", "100", "80"]) == 0
     expected = np.zeros((100, 80), dtype=np.float32)
     np.add.at(expected, (table["row"], table["col"]), table["w"])
