@@ -67,6 +67,12 @@ class LayoutPlan(LayoutGeometry):
     #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
     regions: Mapping[str, tuple[Region, ...]]
 
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        """What decides every task of the layout's write; the regions follow from these."""
+        chunks = tuple(sorted(self.chunks.items()))
+        geometry = (self.shape, self.indexed_axis, self.index_order, self.dtype.str)
+        return (type(self).__name__, *geometry, self.indptr, self.bounds, chunks)
+
     @property
     def nnz(self) -> int:
         """How many values the layout holds."""
