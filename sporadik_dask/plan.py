@@ -125,7 +125,9 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
 
     1. Take as many partitions as ``nnz / target`` rounded up (one if there are no values).
     2. Cut at the first position whose offset reaches each multiple of ``nnz / partitions``.
-    3. Drop repeated cuts: one position heavier than the target stays whole, in one partition.
+    3. Cut on both sides of every position heavier than the target: it stays whole, in a
+       partition of its own, so no partition holds more than the target beside it.
+    4. Drop repeated cuts.
 
     Every partition holds at least one position; an empty axis has no partition.
     """
@@ -133,9 +135,11 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
     if positions == 0:
         return np.zeros(1, dtype=np.int64)
     nnz = int(indptr[-1])
-    count = max(math.ceil(nnz / max(int(target), 1)), 1)
+    target = max(int(target), 1)
+    count = max(math.ceil(nnz / target), 1)
     wanted = np.arange(1, count) * (nnz / count)
-    cuts = np.searchsorted(indptr, wanted, side="left")
+    heavy = np.flatnonzero(np.diff(indptr) > target)
+    cuts = np.concatenate((np.searchsorted(indptr, wanted, side="left"), heavy, heavy + 1))
     cuts = cuts[(cuts > 0) & (cuts < positions)]
     return np.unique(np.concatenate(([0], cuts, [positions]))).astype(np.int64)
 
