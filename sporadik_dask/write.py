@@ -290,9 +290,10 @@ def to_sporadik(
     Parameters
     ----------
     x
-        A dask array with ``sparse`` or numpy chunks, an xarray DataArray, coordinate columns
-        ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with ``columns=``, a
-        ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy input are dropped.
+        A dask array with ``sparse``, ``scipy.sparse`` or numpy chunks, an xarray DataArray,
+        coordinate columns ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with
+        ``columns=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy
+        input are dropped.
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
