@@ -165,12 +165,13 @@ def _merged(raw: str, layer: Layer, shape: tuple[int, ...], inputs: list[Any]) -
         combine=[(tasks.merge_pieces, shape)] * len(blocks),
     )
     layer.update(shuffled)
+    piece, repeated = f"{merged}-piece", f"{merged}-repeats"
     pieces, repeats = [], []
     for p, key in enumerate(outputs):
-        layer[(f"{merged}-piece", p)] = (getattr, key, "piece")
-        layer[(f"{merged}-repeats", p)] = (getattr, key, "repeats")
-        pieces.append((f"{merged}-piece", p))
-        repeats.append((f"{merged}-repeats", p))
+        layer[(piece, p)] = (getattr, key, "piece")
+        layer[(repeated, p)] = (getattr, key, "repeats")
+        pieces.append((piece, p))
+        repeats.append((repeated, p))
     graph = HighLevelGraph.from_collections(raw, layer, dependencies=inputs)
     return Pieces(graph, tuple(pieces), tuple(repeats))
 
@@ -218,14 +219,16 @@ def _shuffle(
     Returns the output keys, ``(name, p)``, and the layer.
     """
     func, *args = split
+    # One string object per name: a pickled graph then holds each name once, not once per key.
+    splits, parts = f"{name}-split", f"{name}-part"
     layer: Layer = {}
     for b, key in enumerate(inputs):
-        layer[(f"{name}-split", b)] = (func, key, *args)
+        layer[(splits, b)] = (func, key, *args)
         for p in range(len(combine)):
-            layer[(f"{name}-part", b, p)] = (getitem, (f"{name}-split", b), p)
+            layer[(parts, b, p)] = (getitem, (splits, b), p)
     outputs = []
     for p, call in enumerate(combine):
-        layer[(name, p)] = (*call, *[(f"{name}-part", b, p) for b in range(len(inputs))])
+        layer[(name, p)] = (*call, *[(parts, b, p) for b in range(len(inputs))])
         outputs.append((name, p))
     return outputs, layer
 
@@ -325,12 +328,13 @@ def _write_layer(
     runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine)
     writes: list[Key] = []
     for array in RUN_ARRAYS:
+        take, write = f"{name}-take-{array}", f"{name}-write-{array}"
         for r, region in enumerate(plan.regions[array]):
             slices = []
             for i, (p, lo, hi) in enumerate(region.sources):
-                slices.append((f"{name}-take-{array}", r, i))
+                slices.append((take, r, i))
                 layer[slices[-1]] = (tasks.take, runs[p], array, lo, hi)
-            writes.append((f"{name}-write-{array}", r))
+            writes.append((write, r))
             layer[writes[-1]] = (
                 tasks.write_region,
                 arrays[array],
@@ -340,8 +344,9 @@ def _write_layer(
             )
     chunk = plan.chunks["indptr"]
     step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
+    indptr = f"{name}-write-indptr"
     for start in range(0, plan.positions + 1, step):
-        writes.append((f"{name}-write-indptr", start))
+        writes.append((indptr, start))
         layer[writes[-1]] = (
             tasks.write_array,
             arrays["indptr"],

@@ -91,9 +91,9 @@ def source_of(
 ) -> Source:
     """The pieces of any supported input.
 
-    Accepts a dask array (``sparse``, ``scipy.sparse`` or numpy chunks), an xarray DataArray, scipy-style
-    coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame with
-    ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
+    Accepts a dask array (``sparse``, ``scipy.sparse`` or numpy chunks), an xarray DataArray,
+    scipy-style coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame
+    with ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
     array, or a numpy array.
     """
     import scipy.sparse
