@@ -1,58 +1,265 @@
-"""The only place dask graphs are built: the count pass, and the shuffle that writes each layout.
+"""The only place dask graphs are built: pieces of every input, the count pass, the shuffles and
+the write.
 
-Every key is a deterministic function of the inputs, so the same write builds the same graph.
-The shuffle follows dask's own: one split task per piece, a ``getitem`` per (piece, partition)
-pair that runs where the split ran, and one task per partition that gathers its parts and sorts.
+Each public builder validates nothing (``sources`` decides what an input is), names its layer by
+a token of everything its tasks depend on, and hands that name to a private, pure planner that
+returns the layer as a plain dict, so tests can read the keys without computing anything. A write
+is named by its pieces, its plans and its target arrays (store, path and ``zarr.json``), so two
+writes that differ in any of them never share a key in one ``dask.compute``.
+
+Both shuffles (merging coordinate columns by cell, and sorting each layout by position) are one
+planner, :func:`_shuffle`, laid out as dask's own: one split task per input, a ``getitem`` per
+(input, partition) pair that runs where the split ran, and one task per partition combining its
+parts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from operator import getitem
 from typing import Any
 
-import zarr
+import dask.array as da
+import numpy as np
+import numpy.typing as npt
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from sporadik_dask import tasks
 from sporadik_dask.plan import LayoutPlan
-from sporadik_dask.sources import Source
-from sporadik_dask.spec import MAXIMA
+from sporadik_dask.spec import MAXIMA, LayoutGeometry
 
-__all__ = ["count_graph", "write_graph"]
+__all__ = [
+    "Pieces",
+    "count_graph",
+    "pieces_of_blocks",
+    "pieces_of_columns",
+    "pieces_of_coo",
+    "pieces_of_frame",
+    "pieces_of_layout",
+    "write_graph",
+]
 
 Key = Any
+Layer = dict[Key, Any]
+#: A task before its inputs: a function and its leading arguments.
+Call = tuple[Any, ...]
 
 #: How many count arrays one task adds together in the count pass.
 COUNT_FAN_IN = 8
 #: Bytes of ``indptr`` one task writes: tens of zarr chunks, known on the client.
 INDPTR_TASK_BYTES = 2**23
-#: Which member of a sorted partition each array is written from.
-FIELDS = {"indices": 0, "data": 1, MAXIMA: 2}
+#: The arrays written from a partition's :class:`~sporadik_dask.tasks.Runs`, by field name.
+RUN_ARRAYS = ("indices", "data", MAXIMA)
 
 
-def _extend(graph: HighLevelGraph, name: str, layer: dict[Key, Any]) -> HighLevelGraph:
+@dataclass(frozen=True, slots=True, eq=False)
+class Pieces:
+    """Tasks yielding an input's nonzeros as :class:`~sporadik_dask.tasks.Piece` s.
+
+    Pieces hold disjoint sets of cells, which is what lets the count pass give exact ``indptr``
+    before any value moves.
+    """
+
+    #: The graph computing every piece (and everything it depends on).
+    graph: HighLevelGraph
+    #: One key per piece, in C order of the input where it has one.
+    keys: tuple[Key, ...]
+    #: Keys yielding how many repeated cells each piece merged; empty when none can repeat.
+    repeats: tuple[Key, ...] = ()
+
+
+def _extend(graph: HighLevelGraph, name: str, layer: Layer) -> HighLevelGraph:
     """``graph`` with one more layer on top that may read any key below it."""
     layers = {**graph.layers, name: layer}
     dependencies = {**graph.dependencies, name: set(graph.layers)}
     return HighLevelGraph(layers, dependencies)
 
 
-def count_graph(source: Source, axes: Sequence[int]) -> Delayed:
-    """A delayed ``(counts per axis, repeated cells)``: the pass that fixes every ``indptr``.
+def _offsets(chunks: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Where each block starts along each axis."""
+    return [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist() for c in chunks]
+
+
+# -- pieces of each input --------------------------------------------------------------------
+
+
+def pieces_of_blocks(x: da.Array) -> Pieces:
+    """One piece per block of a dask array (``sparse``, ``scipy.sparse`` or numpy chunks)."""
+    name = f"sporadik-pieces-{tokenize(x)}"
+    layer = _block_pieces(name, x.name, x.chunks)
+    return Pieces(HighLevelGraph.from_collections(name, layer, [x]), tuple(layer))  # type: ignore[list-item]
+
+
+def _block_pieces(name: str, blocks: str, chunks: Sequence[Sequence[int]]) -> Layer:
+    """Pure: a :func:`~sporadik_dask.tasks.piece_of_block` task per block, in C order."""
+    starts = _offsets(chunks)
+    layer: Layer = {}
+    for index in np.ndindex(*(len(c) for c in chunks)):
+        offsets = tuple(starts[axis][i] for axis, i in enumerate(index))
+        layer[(name, len(layer))] = (tasks.piece_of_block, (blocks, *index), offsets)
+    return layer
+
+
+def pieces_of_coo(
+    coords: npt.NDArray[np.int64], data: npt.NDArray[Any], shape: Sequence[int], step: int
+) -> Pieces:
+    """Pieces of an in-memory canonical array: ranges of ``step`` of its values, at least one."""
+    name = f"sporadik-pieces-{tokenize(coords, data, tuple(shape), step)}"
+    layer: Layer = {
+        (name, i): (tasks.Piece, coords[:, start : start + step], data[start : start + step])
+        for i, start in enumerate(range(0, max(data.shape[0], 1), step))
+    }
+    return Pieces(HighLevelGraph.from_collections(name, layer, []), tuple(layer))
+
+
+def pieces_of_columns(
+    values: da.Array, columns: Sequence[da.Array], shape: Sequence[int]
+) -> Pieces:
+    """Parallel coordinate columns, chunked alike, as pieces merged by cell."""
+    shape = tuple(shape)
+    raw = f"sporadik-columns-{tokenize(values, *columns, shape)}"
+    layer: Layer = {
+        (raw, b): (
+            tasks.checked_columns,
+            shape,
+            (values.name, b),
+            *[(column.name, b) for column in columns],
+        )
+        for b in range(len(values.chunks[0]))
+    }
+    return _merged(raw, layer, shape, [values, *columns])
+
+
+def pieces_of_frame(
+    frame: Any,
+    shape: Sequence[int],
+    columns: Sequence[str],
+    values: str | None,
+    labels: Mapping[str, npt.NDArray[Any]],
+) -> Pieces:
+    """A dask DataFrame's partitions as pieces merged by cell; ``labels`` turn names into
+    positions."""
+    shape, columns = tuple(shape), tuple(columns)
+    raw = f"sporadik-frame-{tokenize(frame, shape, columns, values, labels)}"
+    names_key = f"{raw}-labels"  # once in the graph, not copied into every task
+    layer: Layer = {
+        (raw, b): (tasks.frame_piece, key, shape, columns, values, names_key)
+        for b, key in enumerate(frame.__dask_keys__())
+    }
+    layer[names_key] = labels
+    return _merged(raw, layer, shape, [frame])
+
+
+def _merged(raw: str, layer: Layer, shape: tuple[int, ...], inputs: list[Any]) -> Pieces:
+    """Raw pieces that may name a cell twice (the keys ``(raw, b)`` of ``layer``), shuffled by a
+    hash of the cell into disjoint pieces, repeats added together and counted."""
+    blocks = [key for key in layer if isinstance(key, tuple) and key[0] == raw]
+    merged = f"{raw}-merged"
+    outputs, shuffled = _shuffle(
+        merged,
+        blocks,
+        split=(tasks.split_by_cell, shape, len(blocks)),
+        combine=[(tasks.merge_pieces, shape)] * len(blocks),
+    )
+    layer.update(shuffled)
+    piece, repeated = f"{merged}-piece", f"{merged}-repeats"
+    pieces, repeats = [], []
+    for p, key in enumerate(outputs):
+        layer[(piece, p)] = (getattr, key, "piece")
+        layer[(repeated, p)] = (getattr, key, "repeats")
+        pieces.append((piece, p))
+        repeats.append((repeated, p))
+    graph = HighLevelGraph.from_collections(raw, layer, dependencies=inputs)
+    return Pieces(graph, tuple(pieces), tuple(repeats))
+
+
+def pieces_of_layout(
+    indices: tasks.ArrayRef,
+    data: tasks.ArrayRef,
+    indptr: npt.NDArray[np.int64],
+    bounds: npt.NDArray[np.int64],
+    layout: LayoutGeometry,
+) -> Pieces:
+    """A stored layout's positions ``bounds[i]:bounds[i + 1]`` as piece ``i``, read in the task.
+
+    ``indptr`` (read and checked on the client) is in the token and ``indices`` and ``data`` are
+    named by store, path and ``zarr.json``, so a layout rewritten since gives other keys.
+    """
+    geometry = (layout.indexed_axis, tuple(layout.index_order), tuple(layout.shape))
+    name = f"sporadik-layout-pieces-{tokenize(indices, data, indptr, bounds, geometry)}"
+    layer: Layer = {}
+    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        layer[(name, len(layer))] = (
+            tasks.piece_of_layout,
+            indices,
+            data,
+            indptr[start : stop + 1],
+            start,
+            *geometry,
+        )
+    return Pieces(HighLevelGraph.from_collections(name, layer, []), tuple(layer))
+
+
+# -- the shuffle -----------------------------------------------------------------------------
+
+
+def _shuffle(
+    name: str, inputs: Sequence[Key], *, split: Call, combine: Sequence[Call]
+) -> tuple[list[Key], Layer]:
+    """Pure: move every input's values to the partition they belong to; one output per partition.
+
+    1. ``(*split[:1], input, *split[1:])`` returns one part per partition, in partition order.
+    2. ``getitem(split, p)`` picks part ``p``; it runs where the split ran, so only that part
+       travels.
+    3. ``(*combine[p], *parts)`` gets partition ``p``'s parts from every input, in input order.
+
+    Returns the output keys, ``(name, p)``, and the layer.
+    """
+    func, *args = split
+    # One string object per name: a pickled graph then holds each name once, not once per key.
+    splits, parts = f"{name}-split", f"{name}-part"
+    layer: Layer = {}
+    for b, key in enumerate(inputs):
+        layer[(splits, b)] = (func, key, *args)
+        for p in range(len(combine)):
+            layer[(parts, b, p)] = (getitem, (splits, b), p)
+    outputs = []
+    for p, call in enumerate(combine):
+        layer[(name, p)] = (*call, *[(parts, b, p) for b in range(len(inputs))])
+        outputs.append((name, p))
+    return outputs, layer
+
+
+# -- the count pass and the write ------------------------------------------------------------
+
+
+def count_graph(pieces: Pieces, shape: Sequence[int], axes: Sequence[int]) -> Delayed:
+    """A delayed :class:`~sporadik_dask.tasks.Tally`: the pass that fixes every ``indptr``."""
+    extents = tuple((int(axis), int(shape[axis])) for axis in axes)
+    name = f"sporadik-count-{tokenize(pieces.keys, pieces.repeats, extents)}"
+    layer = _count_layer(name, pieces.keys, pieces.repeats, extents)
+    return Delayed(name, _extend(pieces.graph, name, layer))
+
+
+def _count_layer(
+    name: str,
+    pieces: Sequence[Key],
+    repeats: Sequence[Key],
+    extents: tuple[tuple[int, int], ...],
+) -> Layer:
+    """Pure: the count pass, whose result is the key ``name``.
 
     1. Count values per position along each axis, in each piece.
     2. Add the counts together in a tree, :data:`COUNT_FAN_IN` at a time, so no task holds more
        than a few count arrays whatever the number of pieces.
     3. Add up the repeats that merging coordinate columns found.
     """
-    extents = tuple((axis, source.shape[axis]) for axis in axes)
-    name = f"sporadik-count-{tokenize(source.pieces, extents)}"
-    layer: dict[Key, Any] = {}
+    layer: Layer = {}
     level = []
-    for i, piece in enumerate(source.pieces):
+    for i, piece in enumerate(pieces):
         layer[(name, 0, i)] = (tasks.count_piece, piece, extents)
         level.append((name, 0, i))
     depth = 0
@@ -63,71 +270,87 @@ def count_graph(source: Source, axes: Sequence[int]) -> Delayed:
         for j, group in enumerate(groups):
             layer[(name, depth, j)] = (tasks.add_counts, *group)
             level.append((name, depth, j))
-    layer[(name, "repeats")] = (sum, list(source.repeats))
-    layer[name] = (tuple, [level[0], (name, "repeats")])
-    return Delayed(name, _extend(source.graph, name, layer))
+    layer[name] = (tasks.Tally, level[0], (sum, list(repeats)))
+    return layer
 
 
 def write_graph(
-    source: Source,
+    pieces: Pieces,
     plans: Mapping[int, LayoutPlan],
-    arrays: Mapping[int, Mapping[str, zarr.Array[Any]]],
+    arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
 ) -> tuple[HighLevelGraph, list[Key]]:
-    """The graph writing every zarr chunk of every planned layout, and the keys of its writes."""
-    name = f"sporadik-write-{tokenize(source.pieces, *(p.bounds for p in plans.values()))}"
-    layer: dict[Key, Any] = {}
+    """The graph writing every zarr chunk of every planned layout, and the keys of its writes.
+
+    Named by the pieces, every plan (partitions, chunking, index order, width) and every target
+    array (store, path, ``zarr.json``), so two pending writes share no key unless they would
+    write the same bytes to the same arrays.
+    """
+    targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
+    name = f"sporadik-write-{tokenize(pieces.keys, dict(sorted(plans.items())), targets)}"
+    layer: Layer = {}
     writes: list[Key] = []
     for axis, plan in plans.items():
-        sort = _shuffle(layer, f"{name}-{axis}", source.pieces, plan)
-        for array, field in FIELDS.items():
-            for r, region in enumerate(plan.regions[array]):
-                slices = []
-                for i, (p, lo, hi) in enumerate(region.sources):
-                    slices.append((f"{name}-{axis}-take-{array}", r, i))
-                    layer[slices[-1]] = (tasks.take, (sort, p), field, lo, hi)
-                writes.append((f"{name}-{axis}-write-{array}", r))
-                layer[writes[-1]] = (
-                    tasks.write_region,
-                    arrays[axis][array],
-                    region.start,
-                    region.stop,
-                    *slices,
-                )
-        chunk = plan.chunks["indptr"]
-        step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
-        for start in range(0, plan.positions + 1, step):
-            writes.append((f"{name}-{axis}-write-indptr", start))
-            layer[writes[-1]] = (
-                tasks.write_array,
-                arrays[axis]["indptr"],
-                start,
-                plan.indptr[start : start + step],
-            )
-    return _extend(source.graph, name, layer), writes
+        found, more = _write_layer(f"{name}-{axis}", pieces.keys, plan, arrays[axis])
+        layer.update(more)
+        writes.extend(found)
+    return _extend(pieces.graph, name, layer), writes
 
 
-def _shuffle(layer: dict[Key, Any], name: str, pieces: Sequence[Key], plan: LayoutPlan) -> str:
-    """Add the split, part and sort tasks of one layout; return the sorted partitions' name."""
-    split, part, sort = f"{name}-split", f"{name}-part", f"{name}-sort"
-    for b, piece in enumerate(pieces):
-        layer[(split, b)] = (
-            tasks.split_piece,
-            piece,
-            plan.indexed_axis,
-            plan.index_order,
-            plan.index_shape,
-            plan.bounds,
-            plan.index_dtype,
-        )
-        for p in range(plan.partitions):
-            layer[(part, b, p)] = (getitem, (split, b), p)
-    for p in range(plan.partitions):
-        layer[(sort, p)] = (
+def _write_layer(
+    name: str, pieces: Sequence[Key], plan: LayoutPlan, arrays: Mapping[str, tasks.ArrayRef]
+) -> tuple[list[Key], Layer]:
+    """Pure: one layout's shuffle and chunk writes; returns the write keys and the layer.
+
+    1. Shuffle the pieces into the plan's partitions, each sorted into
+       :class:`~sporadik_dask.tasks.Runs`.
+    2. Per region of ``indices``, ``data`` and ``maxima``, take the slices of the partitions that
+       fill it, and write its whole zarr chunks in one task.
+    3. Write ``indptr``, known on the client, :data:`INDPTR_TASK_BYTES` per task.
+    """
+    combine = [
+        (
             tasks.sort_partition,
             int(plan.bounds[p]),
             int(plan.bounds[p + 1]),
             plan.extent,
             plan.index_dtype,
-            *[(part, b, p) for b in range(len(pieces))],
         )
-    return sort
+        for p in range(plan.partitions)
+    ]
+    split = (
+        tasks.split_piece,
+        plan.indexed_axis,
+        plan.index_order,
+        plan.index_shape,
+        plan.bounds,
+        plan.index_dtype,
+    )
+    runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine)
+    writes: list[Key] = []
+    for array in RUN_ARRAYS:
+        take, write = f"{name}-take-{array}", f"{name}-write-{array}"
+        for r, region in enumerate(plan.regions[array]):
+            slices = []
+            for i, (p, lo, hi) in enumerate(region.sources):
+                slices.append((take, r, i))
+                layer[slices[-1]] = (tasks.take, runs[p], array, lo, hi)
+            writes.append((write, r))
+            layer[writes[-1]] = (
+                tasks.write_region,
+                arrays[array],
+                region.start,
+                region.stop,
+                *slices,
+            )
+    chunk = plan.chunks["indptr"]
+    step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
+    indptr = f"{name}-write-indptr"
+    for start in range(0, plan.positions + 1, step):
+        writes.append((indptr, start))
+        layer[writes[-1]] = (
+            tasks.write_array,
+            arrays["indptr"],
+            start,
+            plan.indptr[start : start + step],
+        )
+    return writes, layer

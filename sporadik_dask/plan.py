@@ -67,6 +67,12 @@ class LayoutPlan(LayoutGeometry):
     #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
     regions: Mapping[str, tuple[Region, ...]]
 
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        """What decides every task of the layout's write; the regions follow from these."""
+        chunks = tuple(sorted(self.chunks.items()))
+        geometry = (self.shape, self.indexed_axis, self.index_order, self.dtype.str)
+        return (type(self).__name__, *geometry, self.indptr, self.bounds, chunks)
+
     @property
     def nnz(self) -> int:
         """How many values the layout holds."""
@@ -119,7 +125,9 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
 
     1. Take as many partitions as ``nnz / target`` rounded up (one if there are no values).
     2. Cut at the first position whose offset reaches each multiple of ``nnz / partitions``.
-    3. Drop repeated cuts: one position heavier than the target stays whole, in one partition.
+    3. Cut on both sides of every position heavier than the target: it stays whole, in a
+       partition of its own, so no partition holds more than the target beside it.
+    4. Drop repeated cuts.
 
     Every partition holds at least one position; an empty axis has no partition.
     """
@@ -127,9 +135,11 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
     if positions == 0:
         return np.zeros(1, dtype=np.int64)
     nnz = int(indptr[-1])
-    count = max(math.ceil(nnz / max(int(target), 1)), 1)
+    target = max(int(target), 1)
+    count = max(math.ceil(nnz / target), 1)
     wanted = np.arange(1, count) * (nnz / count)
-    cuts = np.searchsorted(indptr, wanted, side="left")
+    heavy = np.flatnonzero(np.diff(indptr) > target)
+    cuts = np.concatenate((np.searchsorted(indptr, wanted, side="left"), heavy, heavy + 1))
     cuts = cuts[(cuts > 0) & (cuts < positions)]
     return np.unique(np.concatenate(([0], cuts, [positions]))).astype(np.int64)
 

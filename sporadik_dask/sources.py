@@ -1,9 +1,10 @@
-"""What a write reads from: every input kind turned into *pieces*, tasks yielding nonzeros.
+"""What a write reads from: which inputs are accepted, checked here, and handed to ``graph``.
 
-A piece holds a set of cells no other piece holds, in C order, which is what lets a count pass
-give exact ``indptr`` before any value moves. Dask blocks are disjoint regions, and an in-memory
-sparse array is canonical, so their pieces are that already; coordinate columns may name a cell in
-two chunks, so their pieces are first merged by a hash of the cell.
+Every input becomes :class:`~sporadik_dask.graph.Pieces`, tasks yielding nonzeros of disjoint sets
+of cells, which is what lets a count pass give exact ``indptr`` before any value moves. Dask
+blocks are disjoint regions, and an in-memory sparse array is canonical, so their pieces are that
+already; coordinate columns may name a cell in two chunks, so ``graph`` merges them by cell. This
+module decides what an input is and refuses what cannot be written; it builds no graph itself.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from operator import getitem
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
-from dask.base import tokenize
-from dask.highlevelgraph import HighLevelGraph
 
-from sporadik_dask import tasks
+from sporadik_dask import graph, tasks
 from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.errors import LayoutError, SporadikError
 from sporadik_dask.labels import Labels
@@ -29,22 +27,17 @@ from sporadik_dask.spec import MIN_RANK, check_indptr
 
 __all__ = ["Labels", "Source", "source_of", "source_of_layout"]
 
-Key = Any
-
 #: Values per piece cut from an in-memory array: a few tens of MB of coordinates and values.
 PIECE_VALUES = 2**22
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Source:
-    """An input as pieces: the graph yielding them and their keys, in C order where possible."""
+    """An accepted input: its shape and dtype, the tasks yielding its pieces, and its labels."""
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
-    graph: HighLevelGraph
-    pieces: tuple[Key, ...]
-    #: Keys yielding how many repeated cells each piece merged; empty when none can repeat.
-    repeats: tuple[Key, ...] = ()
+    pieces: graph.Pieces
     labels: Labels | None = None
 
 
@@ -88,9 +81,9 @@ def source_of(
 ) -> Source:
     """The pieces of any supported input.
 
-    Accepts a dask array (``sparse`` or numpy chunks), an xarray DataArray, scipy-style
-    coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame with
-    ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
+    Accepts a dask array (``sparse``, ``scipy.sparse`` or numpy chunks), an xarray DataArray,
+    scipy-style coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame
+    with ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
     array, or a numpy array.
     """
     import scipy.sparse
@@ -141,27 +134,15 @@ def _from_dask_array(x: da.Array) -> Source:
     meta_fill = getattr(x._meta, "fill_value", 0)
     if meta_fill != 0:
         tasks.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
-    name = f"sporadik-pieces-{tokenize(x)}"
-    starts = [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int) for c in x.chunks]
-    layer: dict[Key, Any] = {}
-    for index in np.ndindex(*x.numblocks):
-        offsets = tuple(int(starts[axis][i]) for axis, i in enumerate(index))
-        layer[(name, len(layer))] = (tasks.piece_of_block, (x.name, *index), offsets)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])  # type: ignore[list-item]
-    return Source(shape=shape, dtype=dtype, graph=graph, pieces=tuple(layer))
+    return Source(shape=shape, dtype=dtype, pieces=graph.pieces_of_blocks(x))
 
 
 def _from_coo(coo: Any) -> Source:
     shape = _check_shape(coo.shape)
     dtype = _check_dtype(coo.dtype)
-    name = f"sporadik-pieces-{tokenize(coo.coords, coo.data, shape)}"
     coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
-    layer: dict[Key, Any] = {}
-    for start in range(0, max(coo.nnz, 1), PIECE_VALUES):
-        stop = start + PIECE_VALUES
-        layer[(name, len(layer))] = (tuple, [coords[:, start:stop], data[start:stop]])
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
-    return Source(shape=shape, dtype=dtype, graph=graph, pieces=tuple(layer))
+    pieces = graph.pieces_of_coo(coords, data, shape, PIECE_VALUES)
+    return Source(shape=shape, dtype=dtype, pieces=pieces)
 
 
 def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -> Source:
@@ -171,10 +152,9 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
             "column per axis, in axis order."
         )
     values = da.asarray(data)
-    _check_dtype(values.dtype)
+    dtype = _check_dtype(values.dtype)
     if values.ndim != 1:
         raise LayoutError(f"Values must be one column, but have shape {values.shape}.")
-    chunks = values.chunks
     aligned = []
     for axis, column in enumerate(columns):
         column = da.asarray(column)
@@ -189,18 +169,9 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
                 f"{values.shape[0]} values; the columns are parallel, one coordinate per value."
             )
         with dask.config.set({"array.rechunk.method": "tasks"}):
-            aligned.append(column.rechunk(chunks))
-    raw = f"sporadik-columns-{tokenize(values, *aligned, shape)}"
-    layer: dict[Key, Any] = {
-        (raw, b): (
-            tasks.checked_columns,
-            shape,
-            (values.name, b),
-            *[(column.name, b) for column in aligned],
-        )
-        for b in range(len(chunks[0]))
-    }
-    return _merged(raw, layer, shape, np.dtype(values.dtype), [values, *aligned])
+            aligned.append(column.rechunk(values.chunks))
+    pieces = graph.pieces_of_columns(values, aligned, shape)
+    return Source(shape=shape, dtype=dtype, pieces=pieces)
 
 
 def _from_frame(
@@ -235,16 +206,9 @@ def _from_frame(
     }
     sizes = _frame_shape(shape, columns, labels)
     dtype = tasks.COUNT_DTYPE if values is None else _check_dtype(frame.dtypes[values])
-    raw = f"sporadik-frame-{tokenize(frame, sizes, columns, values)}"
-    names_key = f"{raw}-labels"  # once in the graph, not copied into every task
-    layer: dict[Key, Any] = {
-        (raw, b): (tasks.frame_piece, key, sizes, columns, values, names_key)
-        for b, key in enumerate(frame.__dask_keys__())
-    }
-    layer[names_key] = labels
-    source = _merged(raw, layer, sizes, dtype, [frame])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
-    return replace(source, labels=names)
+    pieces = graph.pieces_of_frame(frame, sizes, columns, values, labels)
+    return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
 
 
 def _frame_shape(
@@ -275,34 +239,6 @@ def _frame_shape(
     return sizes
 
 
-def _merged(
-    raw: str, layer: dict[Key, Any], shape: tuple[int, ...], dtype: np.dtype[Any], inputs: list[Any]
-) -> Source:
-    """Pieces that may name a cell twice, merged into disjoint C-order pieces.
-
-    1. Split each raw piece by a hash of the cell into as many parts as there are pieces; a
-       ``getitem`` per (piece, part) runs where the split ran.
-    2. Per part, sort its cells and add up repeats, counting them for ``duplicates="refuse"``.
-    """
-    blocks = sum(1 for key in layer if isinstance(key, tuple) and key[0] == raw)
-    split, part, merged = f"{raw}-split", f"{raw}-part", f"{raw}-merged"
-    for b in range(blocks):
-        layer[(split, b)] = (tasks.split_by_cell, (raw, b), shape, blocks)
-        for p in range(blocks):
-            layer[(part, b, p)] = (getitem, (split, b), p)
-    pieces, repeats = [], []
-    for p in range(blocks):
-        layer[(merged, p)] = (tasks.merge_pieces, shape, *[(part, b, p) for b in range(blocks)])
-        layer[(merged + "-piece", p)] = (getitem, (merged, p), 0)
-        layer[(merged + "-repeats", p)] = (getitem, (merged, p), 1)
-        pieces.append((merged + "-piece", p))
-        repeats.append((merged + "-repeats", p))
-    graph = HighLevelGraph.from_collections(raw, layer, dependencies=inputs)
-    return Source(
-        shape=shape, dtype=dtype, graph=graph, pieces=tuple(pieces), repeats=tuple(repeats)
-    )
-
-
 def _from_dataarray(array: Any) -> Source:
     coords = {
         str(dim): np.asarray(array.coords[dim].values)
@@ -327,18 +263,6 @@ def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Sourc
     indptr = np.asarray(group["indptr"][:], dtype=np.int64)
     check_indptr(indptr, layout.nnz, f"Layout {layout.path!r} in {where}")
     bounds = partition_bounds(indptr, PIECE_VALUES)
-    name = f"sporadik-layout-pieces-{tokenize(where, layout.path, indptr)}"
-    layer: dict[Key, Any] = {}
-    for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        layer[(name, len(layer))] = (
-            tasks.piece_of_layout,
-            group["indices"],
-            group["data"],
-            indptr[start : stop + 1],
-            start,
-            layout.indexed_axis,
-            layout.index_order,
-            layout.shape,
-        )
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
-    return Source(shape=layout.shape, dtype=layout.dtype, graph=graph, pieces=tuple(layer))
+    indices, data = tasks.ArrayRef.of(group["indices"]), tasks.ArrayRef.of(group["data"])
+    pieces = graph.pieces_of_layout(indices, data, indptr, bounds, layout)
+    return Source(shape=layout.shape, dtype=layout.dtype, pieces=pieces)

@@ -1,31 +1,42 @@
-"""The task functions of a write: pure, picklable, idempotent functions over arrays.
+"""The task functions of a write: small, pure, picklable, idempotent functions over arrays.
 
-A *piece* is ``(coords, data)``: global coordinates of shape ``(rank, n)`` and their values, for a
-set of cells no other piece holds, in C order. A *part* is ``(pairs, data)``: one piece's values
-bound for one partition of one layout, ``pairs`` holding each value's position and raveled index.
+A *piece* holds the nonzeros of a set of cells no other piece holds; a *part* is one piece's values
+bound for one partition of one layout; *runs* are one partition sorted and ready to write. Each is
+a named tuple, so a task reads ``part.pairs`` rather than an index into a tuple. Arrays are named
+by :class:`ArrayRef` (store, path, metadata digest) and opened inside the task, never carried open.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 import zarr
 
 from sporadik_dask.chunks import write_chunks
-from sporadik_dask.errors import LayoutError
+from sporadik_dask.errors import LayoutError, SporadikError
 from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import check_indices
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
+#: Arrays one process keeps open: a write touches at most 4 per layout.
+OPEN_ARRAYS = 64
 
 __all__ = [
+    "ArrayRef",
+    "Merged",
+    "Part",
     "Piece",
+    "Runs",
+    "Tally",
     "add_counts",
     "checked_columns",
     "count_piece",
@@ -41,13 +52,108 @@ __all__ = [
     "write_region",
 ]
 
-Piece = tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
-Part = tuple[npt.NDArray[Any], npt.NDArray[Any]]
-Sorted = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]
+
+class Piece(NamedTuple):
+    """Nonzeros of cells no other piece holds."""
+
+    #: Global coordinates, shape ``(rank, n)``.
+    coords: npt.NDArray[np.int64]
+    #: The value at each coordinate.
+    data: npt.NDArray[Any]
+
+
+class Part(NamedTuple):
+    """One piece's values bound for one partition of one layout."""
+
+    #: Each value's position along the indexed axis (row 0) and raveled index (row 1).
+    pairs: npt.NDArray[Any]
+    data: npt.NDArray[Any]
+
+
+class Runs(NamedTuple):
+    """One partition's values sorted by (position, index): the slices of a layout's arrays."""
+
+    indices: npt.NDArray[Any]
+    data: npt.NDArray[Any]
+    #: Each position's largest absolute value.
+    maxima: npt.NDArray[Any]
+
+
+class Tally(NamedTuple):
+    """What the count pass finds: values per position along each counted axis, and repeats."""
+
+    #: One count array per counted axis, in the order the axes were given.
+    counts: tuple[npt.NDArray[np.int64], ...]
+    #: How many values named a cell another value already named (merged coordinate columns).
+    repeats: int
+
+
+class Merged(NamedTuple):
+    """A piece merged from pieces that may name a cell twice, and how many repeats it added."""
+
+    piece: Piece
+    repeats: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayRef:
+    """A zarr array named by its store and path: what a task holds instead of an open array.
+
+    A task opens the array itself (once per process, see :meth:`open`), so a graph pickles no
+    open handle and a retried task opens the same array. ``location`` and ``metadata`` make two
+    references equal only when they name the same array with the same chunking, dtype and codecs,
+    which is also what a write's token needs from its target.
+    """
+
+    #: The zarr store object; not compared, as stores are not hashable: ``location`` names it.
+    store: Any = field(compare=False)
+    #: ``str(store)``: its URL, or a ``memory://`` address unique to one in-memory store.
+    location: str
+    #: Path of the array inside the store.
+    path: str
+    #: SHA-1 of the array's ``zarr.json`` as it was when the reference was made.
+    metadata: str
+
+    @classmethod
+    def of(cls, array: zarr.Array[Any]) -> ArrayRef:
+        """A reference to an open array, as it stands now."""
+        return cls(array.store, str(array.store), array.path, _digest(array))
+
+    def open(self) -> zarr.Array[Any]:
+        """The array, opened in this process once and kept, refused if it changed since."""
+        return _open(self)
+
+    def __dask_tokenize__(self) -> tuple[str, str, str]:
+        return (self.location, self.path, self.metadata)
+
+
+def _digest(array: zarr.Array[Any]) -> str:
+    from zarr.core.buffer import default_buffer_prototype
+
+    document = array.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"]
+    return hashlib.sha1(document.to_bytes()).hexdigest()
+
+
+@functools.lru_cache(maxsize=OPEN_ARRAYS)
+def _open(ref: ArrayRef) -> zarr.Array[Any]:
+    array = zarr.open_array(store=ref.store, path=ref.path, mode="r+", zarr_format=3)
+    if _digest(array) != ref.metadata:
+        raise SporadikError(
+            f"The array {ref.path!r} in {ref.location} changed after this write was planned (its "
+            "zarr.json differs); writing into it would mix two layouts' chunks. Build the write "
+            "again, and give each pending write its own store."
+        )
+    return array
 
 
 def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
-    """The nonzeros of one dask block (``sparse`` or numpy), placed by the block's offset."""
+    """The nonzeros of one dask block (``sparse``, ``scipy.sparse`` or numpy), placed by offset.
+
+    A scipy block is read through its own index arrays, never densified: a CSR or CSC block's
+    ``indices`` become one coordinate row as they are, and its ``indptr`` is expanded into the
+    other.
+    """
+    import scipy.sparse
     import sparse
 
     if isinstance(block, sparse.SparseArray):
@@ -59,8 +165,9 @@ def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
                 "with x - fill_value, or densify, first."
             )
         coo = block if isinstance(block, sparse.COO) else block.asformat("coo")
-        coords = np.asarray(coo.coords, dtype=np.int64)
-        data = np.asarray(coo.data)
+        coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
+    elif scipy.sparse.issparse(block):
+        coords, data = _scipy_coords(block)
     else:
         dense = np.asarray(block)
         found = np.nonzero(dense)
@@ -68,7 +175,32 @@ def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
         data = dense[found]
     if any(offsets):
         coords = coords + np.asarray(offsets, dtype=np.int64)[:, None]
-    return coords, data
+    return Piece(coords, data)
+
+
+def _scipy_coords(matrix: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Coordinates and values of a scipy sparse matrix or array, each cell once.
+
+    1. A format other than CSR, CSC or COO is converted to CSR (scipy's compiled conversion).
+    2. A matrix with repeated cells or unsorted indices is summed and sorted on a copy, as scipy
+       itself would on any arithmetic: the caller's chunk is never changed.
+    3. CSR gives rows from ``indptr`` and columns from ``indices``; CSC the other way round; COO
+       its own ``row`` and ``col``. Stored zeros stay, as they do for an in-memory scipy input.
+    """
+    if matrix.format not in ("csr", "csc", "coo"):
+        matrix = matrix.tocsr()
+    if not matrix.has_canonical_format:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()
+    coords = np.empty((2, matrix.nnz), dtype=np.int64)
+    if matrix.format == "coo":
+        coords[0], coords[1] = matrix.row, matrix.col
+    else:
+        compressed, other = (0, 1) if matrix.format == "csr" else (1, 0)
+        runs = np.diff(matrix.indptr)
+        coords[compressed] = np.repeat(np.arange(runs.shape[0], dtype=np.int64), runs)
+        coords[other] = matrix.indices
+    return coords, np.asarray(matrix.data)
 
 
 def checked_columns(
@@ -85,12 +217,12 @@ def checked_columns(
                 "would be counted at a position that does not exist and shift every run after "
                 "it. Fix the coordinates, or pass the shape they were made for."
             )
-    return coords, np.asarray(data)
+    return Piece(coords, np.asarray(data))
 
 
 def piece_of_layout(
-    indices: zarr.Array[Any],
-    data: zarr.Array[Any],
+    indices: ArrayRef,
+    data: ArrayRef,
     indptr: npt.NDArray[np.int64],
     start: int,
     indexed_axis: int,
@@ -103,14 +235,14 @@ def piece_of_layout(
     refused rather than copied into a new one.
     """
     lo, hi = int(indptr[0]), int(indptr[-1])
-    raveled = np.asarray(indices[lo:hi], dtype=np.int64)
+    raveled = np.asarray(indices.open()[lo:hi], dtype=np.int64)
     index_shape = tuple(int(shape[axis]) for axis in index_order)
     check_indices(raveled, math.prod(index_shape), f"indices {lo}:{hi} of {indices.path}")
     coords = np.empty((len(shape), hi - lo), dtype=np.int64)
     coords[indexed_axis] = np.repeat(np.arange(start, start + len(indptr) - 1), np.diff(indptr))
     for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
         coords[axis] = column
-    return coords, np.asarray(data[lo:hi])
+    return Piece(coords, np.asarray(data.open()[lo:hi]))
 
 
 def frame_piece(
@@ -146,8 +278,7 @@ def frame_piece(
 
 def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:
     """Values per position along each ``(axis, length)``."""
-    coords = piece[0]
-    return tuple(np.bincount(coords[axis], minlength=length) for axis, length in extents)
+    return tuple(np.bincount(piece.coords[axis], minlength=length) for axis, length in extents)
 
 
 def add_counts(*counts: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -177,7 +308,7 @@ def split_piece(
     counts = np.bincount(which, minlength=len(bounds) - 1)
     pairs, data = sort_by_key(which, counts, pairs, data)
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
-    return [(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
+    return [Part(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
 
 
 def _ravel(
@@ -197,7 +328,7 @@ def sort_partition(
     extent: int,
     index_dtype: npt.DTypeLike,
     *parts: Part,
-) -> Sorted:
+) -> Runs:
     """One partition's runs: its values sorted by (position, index), and their maxima.
 
     1. Concatenate the parts (in piece order) and counting-sort them by position: O(n), and
@@ -206,8 +337,8 @@ def sort_partition(
     3. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
     4. Take each position's largest absolute value.
     """
-    pairs = np.concatenate([p[0] for p in parts], axis=1)
-    data = np.concatenate([p[1] for p in parts])
+    pairs = np.concatenate([part.pairs for part in parts], axis=1)
+    data = np.concatenate([part.data for part in parts])
     pairs[0] -= start
     counts = np.bincount(pairs[0], minlength=stop - start)
     pairs, data = sort_by_key(pairs[0], counts, pairs, data)
@@ -233,37 +364,39 @@ def sort_partition(
     if data.size:
         np.maximum.reduceat(np.abs(data), np.minimum(runs[:-1], data.size - 1), out=maxima)
         maxima[counts == 0] = 0
-    return indices.astype(index_dtype, copy=False), data, maxima
+    return Runs(indices.astype(index_dtype, copy=False), data, maxima)
 
 
-def take(result: Sorted, field: int, lo: int, hi: int) -> npt.NDArray[Any]:
-    """``result[field][lo:hi]``: the slice of one partition a region needs."""
-    return result[field][lo:hi]
+def take(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
+    """Elements ``lo:hi`` of one partition's ``array`` (a field of :class:`Runs`): what one
+    region needs, so only that slice travels to the task writing the region."""
+    values: npt.NDArray[Any] = getattr(runs, array)[lo:hi]
+    return values
 
 
-def write_region(array: zarr.Array[Any], start: int, stop: int, *slices: Any) -> None:
+def write_region(ref: ArrayRef, start: int, stop: int, *slices: npt.NDArray[Any]) -> None:
     """Write whole zarr chunks ``[start, stop)`` from the slices that fill them, in order."""
     values = slices[0] if len(slices) == 1 else np.concatenate(slices)
     if values.shape[0] != stop - start:
         raise LayoutError(  # pragma: no cover - a planning error, never user input
-            f"region {start}:{stop} of {array.path} got {values.shape[0]} values"
+            f"region {start}:{stop} of {ref.path} got {values.shape[0]} values"
         )
-    write_chunks(array, start, values)
+    write_chunks(ref.open(), start, values)
 
 
-def write_array(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -> None:
+def write_array(ref: ArrayRef, start: int, values: npt.NDArray[Any]) -> None:
     """Write ``values`` (known on the client, like ``indptr``) at ``start``."""
-    write_chunks(array, start, values)
+    write_chunks(ref.open(), start, values)
 
 
-def merge_pieces(shape: Sequence[int], *pieces: Piece) -> tuple[Piece, int]:
+def merge_pieces(shape: Sequence[int], *pieces: Piece) -> Merged:
     """Sort pieces that may name a cell twice into one C-order piece, repeats added together.
 
     Returns the piece and how many repeats were added, so a caller that refuses repeats can do so
     before anything is written.
     """
-    coords = np.concatenate([p[0] for p in pieces], axis=1)
-    data = np.concatenate([p[1] for p in pieces])
+    coords = np.concatenate([piece.coords for piece in pieces], axis=1)
+    data = np.concatenate([piece.data for piece in pieces])
     keys = _ravel(coords, range(len(shape)), shape)
     order = np.argsort(keys, kind="stable")
     keys, data = keys[order], data[order]
@@ -273,7 +406,8 @@ def merge_pieces(shape: Sequence[int], *pieces: Piece) -> tuple[Piece, int]:
     repeats = int(keys.shape[0] - starts.shape[0])
     if repeats:
         data, keys = np.add.reduceat(data, starts), keys[starts]
-    return (np.array(np.unravel_index(keys, tuple(shape)), dtype=np.int64), data), repeats
+    coords = np.array(np.unravel_index(keys, tuple(shape)), dtype=np.int64)
+    return Merged(Piece(coords, data), repeats)
 
 
 def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[Piece]:
@@ -285,4 +419,4 @@ def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[P
     order = np.argsort(which, kind="stable")
     edges = np.searchsorted(which[order], np.arange(partitions + 1)).tolist()
     coords, data = coords[:, order], data[order]
-    return [(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
+    return [Piece(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]

@@ -32,6 +32,7 @@ from sporadik_dask.spec import (
 )
 from sporadik_dask.storage import StoreLike, location_of, open_group
 from sporadik_dask.targets import check_target
+from sporadik_dask.tasks import ArrayRef
 
 __all__ = [
     "StoreWrite",
@@ -161,7 +162,7 @@ def plan_source(
     """Count the source's values per position along each axis (one pass), and plan each layout."""
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
-    counts, repeats = count_graph(source, axes).compute()
+    counts, repeats = count_graph(source.pieces, source.shape, axes).compute()
     if repeats and duplicates == "refuse":
         raise LayoutError(
             f"{repeats} values name a cell another value already names. With duplicates='refuse' "
@@ -279,9 +280,10 @@ def to_sporadik(
     Parameters
     ----------
     x
-        A dask array with ``sparse`` or numpy chunks, an xarray DataArray, coordinate columns
-        ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with ``columns=``, a
-        ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy input are dropped.
+        A dask array with ``sparse``, ``scipy.sparse`` or numpy chunks, an xarray DataArray,
+        coordinate columns ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with
+        ``columns=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy
+        input are dropped.
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
@@ -336,8 +338,14 @@ def _write(
     compute: bool,
 ) -> StoreDescription | StoreWrite:
     """Create the planned layouts' arrays, then compute (or return) their write and commit."""
-    arrays = {axis: create_layout(layouts, plan, byte_addressable) for axis, plan in plans.items()}
-    graph, keys = write_graph(source, plans, arrays)
+    arrays = {
+        axis: {
+            name: ArrayRef.of(array)
+            for name, array in create_layout(layouts, plan, byte_addressable).items()
+        }
+        for axis, plan in plans.items()
+    }
+    graph, keys = write_graph(source.pieces, plans, arrays)
     write = StoreWrite(graph, keys, layouts.store, block, location)
     if compute:
         description: StoreDescription = write.compute()

@@ -388,3 +388,114 @@ def test_a_dask_dataframe_of_coordinates_is_merged_and_written(tmp_path: Path) -
     with pytest.raises(sd.LayoutError, match="columns="):
         sd.to_sporadik(frame, tmp_path / "t.zarr", shape=(40, 25), columns=("cell",), values="n")
     assert not (tmp_path / "t.zarr").exists()
+
+
+PENDING_VARIANTS: dict[str, dict[str, Any]] = {
+    "another store": {"path": "b.zarr"},
+    "another chunk size": {"chunk": 8},
+    "byte addressable": {"byte_addressable": True},
+    "other layouts": {"axes": (1,)},
+    "smaller partitions": {"partition_bytes": 200},
+}
+
+
+@pytest.mark.parametrize("variant", PENDING_VARIANTS, ids=list(PENDING_VARIANTS))
+def test_two_pending_writes_that_differ_in_what_they_write_share_no_key(
+    tmp_path: Path, variant: str
+) -> None:
+    dense = random_dense(np.random.default_rng(21), (40, 30), 0.3)
+    x = _dask_sparse(dense, (10, 10))
+    options = {"path": "b.zarr", "chunk": 16, **PENDING_VARIANTS[variant]}
+    first = sd.to_sporadik(x, tmp_path / "a.zarr", chunk=16, compute=False)
+    second = sd.to_sporadik(x, tmp_path / options.pop("path"), compute=False, **options)
+    assert isinstance(first, sd.StoreWrite) and isinstance(second, sd.StoreWrite)
+    assert not set(first.__dask_keys__()) & set(second.__dask_keys__())
+    assert dask.base.tokenize(first) != dask.base.tokenize(second)
+
+
+def test_two_writes_in_one_dask_compute_both_complete(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(22), (50, 40), 0.3)
+    x = _dask_sparse(dense, (20, 20))
+    first = sd.to_sporadik(x, tmp_path / "a.zarr", chunk=16, compute=False)
+    second = sd.to_sporadik(x, tmp_path / "b.zarr", chunk=16, compute=False)
+    a, b = dask.compute(first, second)
+    assert (a.location, b.location) == (str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"))
+    np.testing.assert_array_equal(read_back(tmp_path / "a.zarr"), dense)
+    np.testing.assert_array_equal(read_back(tmp_path / "b.zarr"), dense)
+    assert _chunk_files(tmp_path / "a.zarr") == _chunk_files(tmp_path / "b.zarr")
+
+
+def test_the_same_write_planned_twice_has_the_same_keys(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(23), (30, 20), 0.3)
+    x = _dask_sparse(dense, (10, 10))
+    first = sd.to_sporadik(x, tmp_path / "a.zarr", chunk=16, compute=False)
+    again = sd.to_sporadik(x, tmp_path / "a.zarr", chunk=16, compute=False, overwrite=True)
+    assert isinstance(first, sd.StoreWrite) and isinstance(again, sd.StoreWrite)
+    assert first.__dask_keys__() == again.__dask_keys__()
+
+
+SCIPY_CHUNKS: dict[str, Callable[[Any], Any]] = {
+    "csr_matrix": sp.csr_matrix,
+    "csc_matrix": sp.csc_matrix,
+    "coo_matrix": sp.coo_matrix,
+    "csr_array": sp.csr_array,
+    "lil_matrix": sp.lil_matrix,
+}
+
+
+@pytest.mark.parametrize("kind", SCIPY_CHUNKS, ids=list(SCIPY_CHUNKS))
+def test_a_dask_array_of_scipy_chunks_reads_back_with_its_values(tmp_path: Path, kind: str) -> None:
+    dense = random_dense(np.random.default_rng(24), (45, 31), 0.25)
+    x = da.from_array(dense, chunks=(10, 12)).map_blocks(SCIPY_CHUNKS[kind], dtype=dense.dtype)
+    sd.to_sporadik(x, tmp_path / "s.zarr", chunk=16)
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+    sd.validate(tmp_path / "s.zarr")
+
+
+def test_scipy_chunks_with_repeated_cells_are_summed_without_changing_the_chunk(
+    tmp_path: Path,
+) -> None:
+    chunk = sp.csr_matrix(
+        (np.array([1.0, 2.0, 5.0]), np.array([3, 3, 0]), np.array([0, 2, 3])), shape=(2, 4)
+    )
+    assert not chunk.has_canonical_format
+    x = da.from_array(chunk, chunks=(1, 4), asarray=False)
+    sd.to_sporadik(x, tmp_path / "s.zarr")
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), [[0, 0, 0, 3.0], [5.0, 0, 0, 0]])
+    np.testing.assert_array_equal(chunk.data, [1.0, 2.0, 5.0])
+
+
+def test_scipy_chunks_far_too_large_to_densify_are_written(tmp_path: Path) -> None:
+    # Dense, each chunk would be 10^5 x 10^5 float64: 80 GB.
+    rng = np.random.default_rng(25)
+    rows, cols = rng.integers(0, 200_000, 50), rng.integers(0, 100_000, 50)
+    matrix = sp.csr_matrix((np.arange(1.0, 51.0), (rows, cols)), shape=(200_000, 100_000))
+    x = da.from_array(matrix, chunks=(100_000, 100_000), asarray=False)
+    sd.to_sporadik(x, tmp_path / "s.zarr")
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        read = store.to_array()
+    for axis in (0, 1):
+        assert (read.to_scipy(axis=axis) != matrix).nnz == 0
+
+
+@pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
+def test_anndata_read_lazily_is_written_as_anndata_itself_would_write_it(
+    tmp_path: Path, suffix: str
+) -> None:
+    import h5py
+    from anndata.experimental import read_elem_lazy
+
+    dense = random_dense(np.random.default_rng(26), (300, 120), 0.1)
+    path = tmp_path / f"a{suffix}"
+    adata = anndata.AnnData(X=sp.csr_matrix(dense))
+    if suffix == ".h5ad":
+        adata.write_h5ad(path)
+        group: Any = h5py.File(path, "r")
+    else:
+        adata.write_zarr(path)
+        group = zarr.open_group(path, mode="r")
+    x = read_elem_lazy(group["X"], chunks=(70, 120))
+    assert isinstance(x._meta, sp.csr_matrix | sp.csr_array)
+    sd.to_sporadik(x, tmp_path / "ours.zarr")
+    sd.to_sporadik(dense, tmp_path / "dense.zarr")
+    assert _chunk_files(tmp_path / "ours.zarr") == _chunk_files(tmp_path / "dense.zarr")

@@ -1,0 +1,186 @@
+"""The graph builders, read without computing: keys, dependencies and names are what a shuffle and
+a write need, and two different writes share no key."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+import zarr
+
+from sporadik_dask import graph, tasks
+from sporadik_dask.plan import plan_layout
+from sporadik_dask.write import create_layout
+from tests.helpers import random_dense
+
+
+def _shuffled(inputs: int, partitions: int) -> tuple[list[Any], dict[Any, Any]]:
+    return graph._shuffle(
+        "s",
+        [("in", b) for b in range(inputs)],
+        split=(tasks.split_by_cell, (4, 4), partitions),
+        combine=[(tasks.merge_pieces, (4, 4))] * partitions,
+    )
+
+
+@pytest.mark.parametrize(("inputs", "partitions"), [(1, 1), (3, 5), (6, 2)])
+def test_the_shuffle_splits_each_input_once_and_each_partition_gathers_one_part_of_each(
+    inputs: int, partitions: int
+) -> None:
+    outputs, layer = _shuffled(inputs, partitions)
+    assert outputs == [("s", p) for p in range(partitions)]
+    splits = [key for key in layer if key[0] == "s-split"]
+    assert splits == [("s-split", b) for b in range(inputs)]
+    for b in range(inputs):
+        assert layer[("s-split", b)] == (tasks.split_by_cell, ("in", b), (4, 4), partitions)
+    for p in range(partitions):
+        func, shape, *parts = layer[("s", p)]
+        assert (func, shape) == (tasks.merge_pieces, (4, 4))
+        assert parts == [("s-part", b, p) for b in range(inputs)]
+        for b in range(inputs):
+            assert layer[("s-part", b, p)][1:] == (("s-split", b), p)
+    assert len(layer) == inputs + inputs * partitions + partitions
+
+
+def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None:
+    pieces = [("piece", i) for i in range(70)]
+    layer = graph._count_layer("c", pieces, [], ((0, 5),))
+    adds = [task for key, task in layer.items() if key != "c" and key[1] > 0]
+    assert all(len(task) - 1 <= graph.COUNT_FAN_IN for task in adds)
+    # 70 counts -> 9 -> 2 -> 1.
+    assert sorted({key[1] for key in layer if key != "c"}) == [0, 1, 2, 3]
+    assert layer["c"][0] is tasks.Tally
+
+
+def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> None:
+    dense = random_dense(np.random.default_rng(1), (30, 20), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(7, 6), asarray=False)
+    tally = graph.count_graph(graph.pieces_of_blocks(x), x.shape, (0, 1)).compute()
+    assert isinstance(tally, tasks.Tally)
+    np.testing.assert_array_equal(tally.counts[0], np.count_nonzero(dense, axis=1))
+    np.testing.assert_array_equal(tally.counts[1], np.count_nonzero(dense, axis=0))
+    assert tally.repeats == 0
+
+
+def test_block_pieces_carry_each_block_offset_in_c_order() -> None:
+    layer = graph._block_pieces("p", "x", ((2, 3), (4, 1, 5)))
+    assert [task[1:] for task in layer.values()] == [
+        (("x", 0, 0), (0, 0)),
+        (("x", 0, 1), (0, 4)),
+        (("x", 0, 2), (0, 5)),
+        (("x", 1, 0), (2, 0)),
+        (("x", 1, 1), (2, 4)),
+        (("x", 1, 2), (2, 5)),
+    ]
+
+
+def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.ArrayRef]]:
+    layouts = zarr.open_group(path, mode="w", zarr_format=3).create_group("layouts")
+    return {
+        axis: {
+            name: tasks.ArrayRef.of(a) for name, a in create_layout(layouts, plan, False).items()
+        }
+        for axis, plan in plans.items()
+    }
+
+
+def _plans(dense: np.ndarray, chunk: int) -> dict[int, Any]:
+    return {
+        axis: plan_layout(
+            dense.shape,
+            axis,
+            (1 - axis,),
+            np.count_nonzero(dense, axis=1 - axis),
+            dense.dtype,
+            partition_values=40,
+            chunk=chunk,
+        )
+        for axis in (0, 1)
+    }
+
+
+@pytest.fixture
+def pieces() -> tuple[np.ndarray, graph.Pieces]:
+    dense = random_dense(np.random.default_rng(2), (40, 30), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 15), asarray=False)
+    return dense, graph.pieces_of_blocks(x)
+
+
+def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
+    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+) -> None:
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    _, first = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    _, second = graph.write_graph(found, plans, _targets(tmp_path / "b.zarr", plans))
+    _, again = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    assert not set(first) & set(second)
+    assert first == again
+
+
+def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
+    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+) -> None:
+    dense, found = pieces
+    small, large = _plans(dense, 16), _plans(dense, 64)
+    _, first = graph.write_graph(found, small, _targets(tmp_path / "a.zarr", small))
+    _, second = graph.write_graph(found, large, _targets(tmp_path / "a.zarr", large))
+    assert not set(first) & set(second)
+
+
+def test_a_write_graph_holds_no_open_array_and_pickles_small(
+    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+) -> None:
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+
+    def arguments(task: Any) -> Any:
+        if isinstance(task, tuple | list):
+            for item in task:
+                yield from arguments(item)
+        else:
+            yield task
+
+    layer = built.layers[list(built.layers)[-1]]
+    found_args = [a for task in layer.values() for a in arguments(task)]
+    assert not any(isinstance(a, zarr.Array) for a in found_args)
+    assert sum(isinstance(a, tasks.ArrayRef) for a in found_args) == len(writes)
+    assert len(pickle.dumps(dict(layer))) < 200_000
+
+
+def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
+    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+) -> None:
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    layer = built.layers[list(built.layers)[-1]]
+    for key in writes:
+        func, *args = layer[key]
+        assert func in (tasks.write_region, tasks.write_array)
+        for arg in args[3:]:
+            take, runs, *_ = layer[arg]
+            assert take is tasks.take and runs[0].endswith("-sort")
+
+
+def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None:
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    indices = group.create_array("indices", shape=(4,), dtype="int32", chunks=(2,))
+    data = group.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
+    other = zarr.open_group(tmp_path / "t.zarr", mode="w", zarr_format=3)
+    moved = other.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
+    indptr = np.array([0, 1, 3, 4])
+    bounds = np.array([0, 2, 3])
+    plan = plan_layout((3, 5), 0, (1,), np.diff(indptr), "float32", partition_values=2)
+    refs = tasks.ArrayRef.of(indices), tasks.ArrayRef.of(data)
+    here = graph.pieces_of_layout(*refs, indptr, bounds, plan)
+    there = graph.pieces_of_layout(refs[0], tasks.ArrayRef.of(moved), indptr, bounds, plan)
+    assert len(here.keys) == 2 and here.keys[0] != there.keys[0]
+    task = here.graph.layers[here.keys[0][0]][here.keys[0]]
+    np.testing.assert_array_equal(task[3], [0, 1, 3])

@@ -1,0 +1,207 @@
+"""The task functions and the sorting kernels, on their own: compared with numpy's lexsort,
+scipy's conversions and dense arrays, over random shapes, densities and orders."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import sparse
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sporadik_dask as sd
+from sporadik_dask import kernels, tasks
+from tests.helpers import random_dense
+
+
+def _parts(rng: np.random.Generator, positions: int, extent: int, n: int, pieces: int) -> list:
+    """Unsorted ``(position, index)`` pairs naming distinct cells, cut into ``pieces`` parts."""
+    cells = rng.choice(positions * extent, size=n, replace=False)
+    pairs = np.stack(np.divmod(cells, extent))
+    data = rng.integers(-50, 50, n).astype(np.float64)
+    cuts = np.sort(rng.integers(0, n + 1, pieces - 1))
+    return [
+        tasks.Part(pairs[:, lo:hi], data[lo:hi])
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, n], strict=True)
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    positions=st.integers(1, 30),
+    extent=st.integers(1, 30),
+    pieces=st.integers(1, 4),
+    fill=st.floats(0, 1),
+)
+def test_a_sorted_partition_is_what_lexsort_gives_with_each_position_largest_magnitude(
+    seed: int, positions: int, extent: int, pieces: int, fill: float
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(fill * positions * extent)
+    parts = _parts(rng, positions, extent, n, pieces)
+    start = 5
+    for part in parts:
+        part.pairs[0] += start
+    runs = tasks.sort_partition(start, start + positions, extent, np.int32, *parts)
+    pairs = np.concatenate([part.pairs for part in parts], axis=1)
+    data = np.concatenate([part.data for part in parts])
+    order = np.lexsort((pairs[1], pairs[0]))
+    np.testing.assert_array_equal(runs.indices, pairs[1][order])
+    np.testing.assert_array_equal(runs.data, data[order])
+    assert runs.indices.dtype == np.int32
+    expected = np.zeros(positions)
+    np.maximum.at(expected, pairs[0] - start, np.abs(data))
+    np.testing.assert_array_equal(runs.maxima, expected)
+
+
+def test_a_cell_named_twice_in_a_partition_is_refused() -> None:
+    part = tasks.Part(np.array([[0, 0], [3, 3]]), np.array([1.0, 2.0]))
+    with pytest.raises(sd.LayoutError, match="1 cells are named twice"):
+        tasks.sort_partition(0, 1, 5, np.int32, part)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), partitions=st.integers(1, 6))
+def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
+    seed: int, partitions: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    shape = (13, 4, 5)
+    dense = random_dense(rng, shape, 0.3)
+    piece = tasks.piece_of_block(dense, (0, 0, 0))
+    cuts = np.unique(np.r_[0, rng.integers(1, 13, partitions - 1), 13])
+    parts = tasks.split_piece(piece, 0, (2, 1), (5, 4), cuts, np.int32)
+    assert len(parts) == len(cuts) - 1
+    for p, part in enumerate(parts):
+        assert np.all((cuts[p] <= part.pairs[0]) & (part.pairs[0] < cuts[p + 1]))
+        rows, raveled = part.pairs
+        second, first = np.divmod(raveled, 4)
+        np.testing.assert_array_equal(dense[rows, first, second], part.data)
+    assert sum(part.data.size for part in parts) == np.count_nonzero(dense)
+
+
+def test_merging_pieces_adds_repeated_cells_and_counts_them() -> None:
+    rng = np.random.default_rng(3)
+    coords = rng.integers(0, 6, size=(2, 60))
+    data = rng.integers(1, 9, 60).astype(np.float64)
+    expected = np.zeros((6, 6))
+    np.add.at(expected, tuple(coords), data)
+    pieces = [tasks.Piece(coords[:, :25], data[:25]), tasks.Piece(coords[:, 25:], data[25:])]
+    merged = tasks.merge_pieces((6, 6), *pieces)
+    got = np.zeros((6, 6))
+    got[tuple(merged.piece.coords)] = merged.piece.data
+    np.testing.assert_array_equal(got, expected)
+    assert merged.repeats == 60 - np.count_nonzero(expected)
+    keys = np.ravel_multi_index(tuple(merged.piece.coords), (6, 6))
+    assert np.all(np.diff(keys) > 0)
+
+
+def test_splitting_by_cell_sends_every_copy_of_a_cell_to_one_part() -> None:
+    coords = np.array([[0, 1, 0, 2, 1], [3, 1, 3, 0, 1]])
+    parts = tasks.split_by_cell(tasks.Piece(coords, np.arange(5.0)), (3, 4), 3)
+    homes = {tuple(cell): p for p, part in enumerate(parts) for cell in part.coords.T.tolist()}
+    for p, part in enumerate(parts):
+        assert all(homes[tuple(cell)] == p for cell in part.coords.T.tolist())
+    assert sum(part.data.size for part in parts) == 5
+
+
+SCIPY_FORMATS = ["csr", "csc", "coo", "lil", "dok", "bsr"]
+
+
+@pytest.mark.parametrize("layout", SCIPY_FORMATS)
+def test_a_scipy_block_gives_the_cells_of_its_dense_form_placed_by_offset(layout: str) -> None:
+    dense = random_dense(np.random.default_rng(4), (9, 7), 0.3)
+    block = sp.csr_matrix(dense).asformat(layout)
+    piece = tasks.piece_of_block(block, (100, 20))
+    got = np.zeros((109, 27))
+    got[tuple(piece.coords)] = piece.data
+    np.testing.assert_array_equal(got[100:, 20:], dense)
+    assert piece.data.size == np.count_nonzero(dense)
+
+
+def test_a_csr_block_keeps_row_major_order_and_shares_its_values() -> None:
+    block = sp.csr_matrix(random_dense(np.random.default_rng(5), (8, 6), 0.4, np.float64))
+    piece = tasks.piece_of_block(block, (0, 0))
+    keys = np.ravel_multi_index(tuple(piece.coords), (8, 6))
+    assert np.all(np.diff(keys) > 0)
+    assert np.shares_memory(piece.data, block.data)
+
+
+def test_a_sparse_block_with_a_nonzero_fill_value_is_refused() -> None:
+    block = sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0)
+    with pytest.raises(sd.LayoutError, match=r"fill_value 1\.0"):
+        tasks.piece_of_block(block, (0, 0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float16"])
+def test_the_counting_sort_is_what_a_stable_argsort_gives(dtype: str) -> None:
+    rng = np.random.default_rng(6)
+    keys = rng.integers(0, 17, 500)
+    rows = rng.integers(0, 1000, size=(2, 500))
+    data = rng.integers(0, 100, 500).astype(dtype)
+    sorted_rows, sorted_data = kernels.sort_by_key(
+        keys, np.bincount(keys, minlength=17), rows, data
+    )
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(sorted_rows, rows[:, order])
+    np.testing.assert_array_equal(sorted_data, data[order])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 40), cols=st.integers(1, 40))
+def test_transposing_runs_is_what_scipy_tocsr_gives_from_csc(
+    seed: int, rows: int, cols: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    csc = sp.random(rows, cols, density=0.3, format="csc", random_state=rng)
+    csc.data[:] = rng.integers(1, 100, csc.nnz)
+    got = kernels.transpose_runs(csc.indices, np.diff(csc.indptr), csc.data, rows)
+    assert got is not None
+    coords, data = got
+    csr = csc.tocsr()
+    csr.sort_indices()
+    np.testing.assert_array_equal(coords[0], np.repeat(np.arange(rows), np.diff(csr.indptr)))
+    np.testing.assert_array_equal(coords[1], csr.indices)
+    np.testing.assert_array_equal(data, csr.data)
+
+
+def test_transposing_runs_declines_a_run_out_of_order() -> None:
+    assert kernels.transpose_runs(np.array([2, 1]), np.array([2]), np.ones(2), 3) is None
+
+
+def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
+    tmp_path: Path,
+) -> None:
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    array = group.create_array("layouts/axis0/data", shape=(10,), dtype="float32", chunks=(4,))
+    ref = tasks.ArrayRef.of(array)
+    copied = pickle.loads(pickle.dumps(ref))
+    assert copied == ref and hash(copied) == hash(ref)
+    opened = copied.open()
+    assert opened.path == "layouts/axis0/data" and opened.chunks == (4,)
+    assert copied.open() is opened
+
+
+def test_an_array_reference_differs_by_store_path_and_chunking(tmp_path: Path) -> None:
+    def ref(store: str, path: str, chunk: int) -> tasks.ArrayRef:
+        group = zarr.open_group(tmp_path / store, mode="a", zarr_format=3)
+        array = group.create_array(path, shape=(10,), dtype="float32", chunks=(chunk,))
+        return tasks.ArrayRef.of(array)
+
+    first = ref("a.zarr", "data", 4)
+    assert len({first, ref("b.zarr", "data", 4), ref("a.zarr", "other", 4)}) == 3
+    assert ref("c.zarr", "data", 4) != ref("d.zarr", "data", 5)
+
+
+def test_an_array_replaced_after_the_write_was_planned_is_refused(tmp_path: Path) -> None:
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    ref = tasks.ArrayRef.of(group.create_array("data", shape=(10,), dtype="float32", chunks=(4,)))
+    group.create_array("data", shape=(10,), dtype="float32", chunks=(5,), overwrite=True)
+    with pytest.raises(sd.SporadikError, match="changed after this write was planned"):
+        tasks.write_array(ref, 0, np.ones(10, dtype=np.float32))
