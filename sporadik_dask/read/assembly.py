@@ -54,8 +54,9 @@ def _slots(
     ``take`` is None when every value goes to exactly one slot, in order.
 
     1. Rank each coordinate among the axis's sorted distinct positions (-1: not selected).
-    2. Strictly increasing positions: the rank is the slot.
-    3. Otherwise a CSR-style table maps each distinct position to the slots asking for it
+    2. Strictly increasing positions: the rank is the slot; unsorted ones, each asked once: a
+       table from rank to slot.
+    3. Repeated positions: a CSR-style table maps each distinct position to the slots asking for it
        (``slots_of[starts[r]:starts[r] + per[r]]``); each value is copied once per slot.
     """
     if selection.whole(axis):
@@ -69,6 +70,14 @@ def _slots(
         take = np.flatnonzero(inside)
         return take, ranks[take]
     inverse = selection.inverse[axis]
+    if inverse.size == unique.size:  # unsorted, each once: one slot per distinct position
+        slot_of = np.empty(unique.size, dtype=np.int64)
+        slot_of[inverse] = np.arange(inverse.size, dtype=np.int64)
+        inside = ranks >= 0
+        if bool(inside.all()):
+            return None, slot_of[ranks]
+        take = np.flatnonzero(inside)
+        return take, slot_of[ranks[take]]
     per = np.bincount(inverse, minlength=unique.size)
     slots_of = np.argsort(inverse, kind="stable")
     starts = np.cumsum(per) - per
