@@ -12,6 +12,7 @@ import pytest
 import sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import sporadik_dask as sd
 from tests.helpers import random_dense
@@ -92,3 +93,24 @@ def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
     reader = sd.StoreReader(path)
     check(reader.read(head), outer(dense, full))
     check(reader.read((*head, ...)), outer(dense, full))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_pointwise_indexing_reads_numpys_vectorized_indexing(
+    stores: dict[int, tuple[np.ndarray, Path]], data: st.DataObject
+) -> None:
+    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    shape = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2), label="points' shape"))
+    key = tuple(
+        data.draw(arrays(np.int64, shape, elements=st.integers(-size, size - 1)), label=f"{a}")
+        for a, size in enumerate(dense.shape)
+    )
+    expected = dense[key]
+    result = sd.StoreReader(path).vindex[key]
+    if expected.ndim == 0:
+        assert result == expected
+        return
+    assert isinstance(result, sparse.COO)
+    assert result.shape == expected.shape and result.dtype == expected.dtype
+    np.testing.assert_array_equal(result.todense(), expected)

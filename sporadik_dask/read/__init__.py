@@ -15,6 +15,6 @@ from __future__ import annotations
 
 from sporadik_dask.read.dask_array import from_sporadik
 from sporadik_dask.read.reader import StoreReader
-from sporadik_dask.read.selection import Selection, normalize_key
+from sporadik_dask.read.selection import Selection, normalize_key, normalize_points
 
-__all__ = ["Selection", "StoreReader", "from_sporadik", "normalize_key"]
+__all__ = ["Selection", "StoreReader", "from_sporadik", "normalize_key", "normalize_points"]

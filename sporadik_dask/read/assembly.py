@@ -192,3 +192,36 @@ def assemble(
     coords = np.stack([rows[a] for a in kept_axes])
     prefix = [kept_axes.index(a) for a in _sorted_prefix(selection, layout) if a in kept_axes]
     return c_order(coords, values, selection.result_shape, prefix)
+
+
+def assemble_points(
+    points: Sequence[Positions],
+    unique: Positions,
+    layout: LayoutGeometry,
+    lengths: Positions,
+    indices: Positions,
+    data: npt.NDArray[Any],
+) -> tuple[Positions, npt.NDArray[Any]]:
+    """Which points hold a value, and the values: a join of the points with the runs read.
+
+    ``points`` are positions per axis (point ``i`` is one cell); the runs are those of the sorted
+    distinct positions ``unique`` along the layout's indexed axis.
+
+    1. Key each value by (its run, its index) and each point by (the run of its position along
+       the indexed axis, its other coordinates raveled over ``index_order``).
+    2. Sort the value keys if a writer left runs unsorted; find each point's key among them.
+    """
+    extent = max(layout.extent, 1)
+    runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    keys = runs * extent + indices
+    if not bool(np.all(keys[1:] > keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys, data = keys[order], data[order]
+    others = [points[axis] for axis in layout.index_order]
+    raveled = np.ravel_multi_index(others, layout.index_shape) if others else 0
+    wanted = np.searchsorted(unique, points[layout.indexed_axis]) * extent + raveled
+    spot = np.searchsorted(keys, wanted)
+    found = spot < keys.size
+    found[found] = keys[spot[found]] == wanted[found]
+    hits = np.flatnonzero(found)
+    return hits, data[spot[hits]]

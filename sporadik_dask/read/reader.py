@@ -21,10 +21,10 @@ import zarr
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
 from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
 from sporadik_dask.read import statistics
-from sporadik_dask.read.assembly import assemble
+from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
-from sporadik_dask.read.selection import Positions, Selection
+from sporadik_dask.read.selection import Positions, Selection, distinct, normalize_points
 from sporadik_dask.spec import ARRAY_NAMES, MAXIMA
 from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
 
@@ -194,6 +194,35 @@ class StoreReader:
             return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
         return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
 
+    def read_points(self, key: Any) -> Any:
+        """Pointwise (vectorized) indexing: ``key`` holds one integer array per axis, broadcast
+        together, and names the cells ``(key[0][i], key[1][i], ...)``, as numpy's
+        ``x[[0, 2], [1, 1]]``. A ``sparse.COO`` of the broadcast shape; two read waves.
+
+        The layout is routed as for the outer selection of each axis's distinct positions; the
+        runs of the points' positions along it are read once and joined with the points.
+        """
+        import sparse
+
+        points, shape = normalize_points(key, self.shape)
+        if points[0].size == 0:
+            nothing = np.zeros((len(shape), 0), dtype=np.int64)
+            return sparse.COO(nothing, np.zeros(0, dtype=self.dtype), shape=shape)
+        chosen = self._route(Selection.from_key(tuple(map(distinct, points)), self.shape), None)
+        lo, hi = chosen.brackets
+        indices, data = self.runs(chosen.layout, lo, hi)
+        unique = distinct(points[chosen.layout.indexed_axis])
+        hits, values = assemble_points(points, unique, chosen.layout, hi - lo, indices, data)
+        if not shape:  # one point named by integers: a scalar, as numpy gives
+            return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
+        coords = np.stack(np.unravel_index(hits, shape))
+        return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
+
+    @property
+    def vindex(self) -> _Points:
+        """``reader.vindex[rows, cols]``: :meth:`read_points`, spelled as dask spells it."""
+        return _Points(self)
+
     def route(self, key: Any) -> Route:
         """The layout :meth:`read` would read ``key`` through, and what its runs cost.
 
@@ -348,3 +377,15 @@ class StoreReader:
                 f"statistics are not stored. sporadik_dask.add_axis(store, {axis}) writes it."
             )
         return self.description.layouts[axis]
+
+
+class _Points:
+    """``StoreReader.vindex``: square brackets for :meth:`StoreReader.read_points`."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: StoreReader) -> None:
+        self._reader = reader
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._reader.read_points(key)

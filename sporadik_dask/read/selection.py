@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Positions", "Selection", "distinct", "normalize_key"]
+__all__ = ["Positions", "Selection", "distinct", "normalize_key", "normalize_points"]
 
 Positions = npt.NDArray[np.int64]
 
@@ -193,3 +193,25 @@ def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tupl
             chosen = _integers(part, axis, size)
         selections.append(chosen)
     return selections, tuple(dropped)
+
+
+def normalize_points(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:
+    """Pointwise (vectorized) indexing: one integer array per axis, broadcast together.
+
+    Returns the points' positions per axis (raveled, non-negative) and the broadcast shape the
+    result takes. Point ``i`` is the cell ``(positions[0][i], positions[1][i], ...)``.
+    """
+    if not isinstance(key, tuple) or len(key) != len(shape):
+        raise IndexError(
+            f"Pointwise indexing takes one integer array per axis ({len(shape)}), got {key!r}."
+        )
+    try:
+        arrays = np.broadcast_arrays(*(np.asarray(part) for part in key))
+    except ValueError as mismatch:
+        raise IndexError(f"Pointwise indexers do not broadcast together: {mismatch}") from None
+    positions = []
+    for axis, (array, size) in enumerate(zip(arrays, shape, strict=True)):
+        if array.dtype == np.bool_:
+            raise IndexError(f"Axis {axis}: pointwise indexing takes integer arrays, not masks.")
+        positions.append(_integers(array.ravel(), axis, size))
+    return positions, arrays[0].shape
