@@ -464,3 +464,18 @@ def test_a_boolean_mask_selects_positions_and_non_integers_are_refused(tmp_path:
     for refused in [mask[:-1], [1.0, 2.0], 1.5, "3", (slice(None), -201), (300,)]:
         with pytest.raises(IndexError):
             reader[refused]
+
+
+def test_a_reader_is_fixed_at_construction_and_from_sporadik_names_are_deterministic(
+    tmp_path: Path,
+) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    reader = sd.StoreReader(path, axis=1, format="gcxs")
+    with pytest.raises(AttributeError):
+        reader.axis = 0  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(reader))
+    assert (copy.axis, copy.format) == (1, "gcxs")
+    assert sd.from_sporadik(path, axis=1).name == sd.from_sporadik(path, axis=1).name
+    assert sd.from_sporadik(path, axis=0).name != sd.from_sporadik(path, axis=1).name
+    with pytest.raises(sd.LayoutError, match="no layout making axis 1"):
+        sd.StoreReader(_store(tmp_path / "one", {0: (1,)})[0], axis=1)
