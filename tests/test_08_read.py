@@ -212,7 +212,7 @@ def test_a_batch_of_positions_costs_two_waves_and_reads_each_chunk_once(tmp_path
     assert all("/indptr/" not in k for k in chunk_reads[first_run_read:])  # wave 1, then wave 2
 
 
-def test_a_selection_on_two_axes_reads_through_the_layout_holding_fewer_values(
+def test_a_selection_on_two_axes_reads_through_the_layout_touching_fewer_chunks(
     tmp_path: Path,
 ) -> None:
     path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
@@ -223,6 +223,53 @@ def test_a_selection_on_two_axes_reads_through_the_layout_holding_fewer_values(
     np.testing.assert_array_equal(reader.read((rows, cols)).todense(), dense[np.ix_(rows, cols)])
     runs = {k.split("/")[1] for k in store.reads if ("/data/c/" in k or "/indices/c/" in k)}
     assert runs == {"axis1"}
+
+
+def _run_gets(store: RecordingStore) -> list[str]:
+    return [k for k in store.reads if "/data/c/" in k or "/indices/c/" in k]
+
+
+def test_a_range_of_cells_and_scattered_genes_reads_the_layout_with_fewer_requests(
+    tmp_path: Path,
+) -> None:
+    """Shaped like 100,000 x 8,000 with cells 10,000:12,000 x 100 genes: the gene layout holds
+    fewer of the values asked for, but they lie in as many places as there are genes."""
+    dense = random_dense(np.random.default_rng(9), (4_000, 400), 0.02)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=256)
+    cells = slice(1_000, 1_200)
+    genes = np.sort(np.random.default_rng(10).choice(400, 10, replace=False))
+    store = RecordingStore(LocalStore(path, read_only=True))
+    reader = sd.StoreReader(store)
+    costs = {}
+    for axis in (0, 1):
+        store.reads.clear()
+        np.testing.assert_array_equal(
+            reader.read((cells, genes), axis=axis).todense(), dense[cells][:, genes]
+        )
+        costs[axis] = len(_run_gets(store))
+    held = {0: np.count_nonzero(dense[cells]), 1: np.count_nonzero(dense[:, genes])}
+    assert held[1] < held[0] and costs[0] < costs[1]  # the finding's shape
+    store.reads.clear()
+    np.testing.assert_array_equal(reader.read((cells, genes)).todense(), dense[cells][:, genes])
+    gets = _run_gets(store)
+    assert {k.split("/")[1] for k in gets} == {"axis0"} and len(gets) == costs[0]
+    assert reader.route((cells, genes)).requests == costs[0]  # counted before, from indptr
+
+
+def test_a_selection_on_two_axes_costs_two_waves_and_reads_each_indptr_chunk_once(
+    tmp_path: Path,
+) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    store = RecordingStore(LocalStore(path, read_only=True))
+    reader = sd.StoreReader(store)
+    store.reads.clear()
+    rows, cols = np.arange(10, 20), np.array([150, 3, 3])
+    np.testing.assert_array_equal(reader.read((rows, cols)).todense(), dense[np.ix_(rows, cols)])
+    chunk_reads = [key for key in store.reads if "/c/" in key]
+    assert len(chunk_reads) == len(set(chunk_reads))  # the chosen layout's brackets are reused
+    waves = ["indptr" if "/indptr/" in key else "runs" for key in chunk_reads]
+    assert waves == sorted(waves)  # every bracket, then every run
 
 
 def test_a_selection_no_layout_compresses_is_a_scan_with_a_warning(tmp_path: Path) -> None:
@@ -404,3 +451,29 @@ def test_a_read_across_the_runs_comes_back_in_c_order(tmp_path: Path, dtype: str
         assert np.all(np.diff(linear) > 0)
         assert result.dtype == dense.dtype
         np.testing.assert_array_equal(result.todense(), outer(dense, key))
+
+
+def test_a_boolean_mask_selects_positions_and_non_integers_are_refused(tmp_path: Path) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    reader = sd.StoreReader(path)
+    mask = np.arange(300) % 3 == 0
+    np.testing.assert_array_equal(reader[mask].todense(), dense[mask])
+    np.testing.assert_array_equal(reader[:, mask[:200]].todense(), dense[:, mask[:200]])
+    for refused in [mask[:-1], [1.0, 2.0], 1.5, "3", (slice(None), -201), (300,)]:
+        with pytest.raises(IndexError):
+            reader[refused]
+
+
+def test_a_reader_is_fixed_at_construction_and_from_sporadik_names_are_deterministic(
+    tmp_path: Path,
+) -> None:
+    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    reader = sd.StoreReader(path, axis=1, format="gcxs")
+    with pytest.raises(AttributeError):
+        reader.axis = 0  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(reader))
+    assert (copy.axis, copy.format) == (1, "gcxs")
+    assert sd.from_sporadik(path, axis=1).name == sd.from_sporadik(path, axis=1).name
+    assert sd.from_sporadik(path, axis=0).name != sd.from_sporadik(path, axis=1).name
+    with pytest.raises(sd.LayoutError, match="no layout making axis 1"):
+        sd.StoreReader(_store(tmp_path / "one", {0: (1,)})[0], axis=1)

@@ -1,0 +1,20 @@
+"""Reading selections of a store as ``sparse.COO``, each routed to the layout that answers it.
+
+Any selection costs two read waves: the ``indptr`` brackets of the positions asked for, then every
+run they name, together (every zarr chunk they touch fetched once, in one batch). The layout is
+the one whose runs touch the fewest zarr chunks, which the brackets tell before any value is
+read; a selection no present layout narrows is a scan, with a warning.
+
+Modules, one job each: ``selection`` (keys to positions), ``routing`` (pure: which layout),
+``fetch`` (the two waves), ``assembly`` (runs to the result, no I/O), ``statistics``
+(per-position counts and totals), ``reader`` (the :class:`StoreReader` front) and ``dask_array``
+(:func:`from_sporadik`).
+"""
+
+from __future__ import annotations
+
+from sporadik_dask.read.dask_array import from_sporadik
+from sporadik_dask.read.reader import StoreReader
+from sporadik_dask.read.selection import Selection, normalize_key, normalize_points
+
+__all__ = ["Selection", "StoreReader", "from_sporadik", "normalize_key", "normalize_points"]

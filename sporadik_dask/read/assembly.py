@@ -1,0 +1,227 @@
+"""Assembling a layout's runs into a result's coordinates and values: numpy and kernels, no I/O.
+
+The runs are read once for each sorted distinct position; the caller's order (unsorted,
+repeated) is produced here, by mapping each kept value's coordinate to its output slots, and then
+C order by counting sorts. Never by fancy-indexing a ``sparse.COO`` afterwards: sparse scans every
+coordinate once per requested position (measured, 3.6 M values: 1,000 unsorted genes 7.8 s, all
+8,000 genes reversed 213 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sporadik_dask.kernels import sort_by_key, transpose_runs
+from sporadik_dask.read.selection import Positions, Selection
+from sporadik_dask.spec import LayoutGeometry
+
+__all__ = ["assemble", "c_order"]
+
+#: An axis of up to this many positions (beyond 8 per value) maps coordinates through a lookup
+#: table (one gather) rather than a binary search of the selected positions (log k per value).
+LOOKUP_SLACK = 1 << 16
+
+
+def _ranks(column: Positions, unique: Positions, size: int) -> Positions:
+    """Each coordinate's index among the sorted selected positions ``unique``, or -1 if absent."""
+    if size <= 8 * column.size + LOOKUP_SLACK:
+        lookup = np.full(size, -1, dtype=np.int64)
+        lookup[unique] = np.arange(unique.size, dtype=np.int64)
+        return lookup[column]
+    spot = np.searchsorted(unique, column)
+    inside = spot < unique.size
+    inside[inside] = unique[spot[inside]] == column[inside]
+    return np.where(inside, spot, -1)
+
+
+def _within(counts: Positions) -> Positions:
+    """For ``np.repeat(x, counts)``: each copy's rank among its own copies."""
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _slots(
+    column: Positions, selection: Selection, axis: int
+) -> tuple[Positions | None, Positions]:
+    """Output slots along ``axis`` of values at source coordinates ``column``.
+
+    Returns ``(take, slots)``: value ``take[i]`` goes to slot ``slots[i]``, ``take`` ascending, a
+    value repeated once per slot its position fills (none if the selection leaves it out);
+    ``take`` is None when every value goes to exactly one slot, in order.
+
+    1. Rank each coordinate among the axis's sorted distinct positions (-1: not selected).
+    2. Strictly increasing positions: the rank is the slot; unsorted ones, each asked once: a
+       table from rank to slot.
+    3. Repeated positions: a CSR-style table maps each distinct position to the slots asking for it
+       (``slots_of[starts[r]:starts[r] + per[r]]``); each value is copied once per slot.
+    """
+    if selection.whole(axis):
+        return None, column
+    unique = selection.unique[axis]
+    ranks = _ranks(column, unique, selection.shape[axis])
+    if selection.ordered(axis):
+        inside = ranks >= 0
+        if bool(inside.all()):
+            return None, ranks
+        take = np.flatnonzero(inside)
+        return take, ranks[take]
+    inverse = selection.inverse[axis]
+    if inverse.size == unique.size:  # unsorted, each once: one slot per distinct position
+        slot_of = np.empty(unique.size, dtype=np.int64)
+        slot_of[inverse] = np.arange(inverse.size, dtype=np.int64)
+        inside = ranks >= 0
+        if bool(inside.all()):
+            return None, slot_of[ranks]
+        take = np.flatnonzero(inside)
+        return take, slot_of[ranks[take]]
+    per = np.bincount(inverse, minlength=unique.size)
+    slots_of = np.argsort(inverse, kind="stable")
+    starts = np.cumsum(per) - per
+    clipped = np.maximum(ranks, 0)
+    copies = np.where(ranks >= 0, per[clipped], 0)
+    take = np.repeat(np.arange(column.size, dtype=np.int64), copies)
+    return take, slots_of[np.repeat(starts[clipped], copies) + _within(copies)]
+
+
+def _sorted_prefix(selection: Selection, layout: LayoutGeometry) -> list[int]:
+    """The output axes the assembled values are sorted by, lexicographically, in this order.
+
+    Runs arrive by indexed axis (kept in caller order: whole runs are copied), then by
+    ``index_order`` within a run. An axis whose positions are strictly increasing keeps that
+    order; one sorted with repeats keeps its own but not the next axis's (copies sit side by
+    side); an unsorted one keeps neither.
+    """
+    prefix = [layout.indexed_axis]
+    for axis in layout.index_order:
+        if selection.ordered(axis):
+            prefix.append(axis)
+            continue
+        if bool(np.all(np.diff(selection.positions[axis]) >= 0)):
+            prefix.append(axis)
+        break
+    return prefix
+
+
+def c_order(
+    coords: npt.NDArray[np.int64],
+    data: npt.NDArray[Any],
+    shape: tuple[int, ...],
+    prefix: Sequence[int],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Values in C order, as ``sparse.COO`` keeps them, by stable counting sorts: O(n) each,
+    rather than sparse's argsort.
+
+    The values arrive sorted lexicographically by the axes ``prefix``. If ``prefix`` restricted
+    to the axes ``m..`` is exactly ``m, m+1, ...``, stable sorts by axes ``m-1, ..., 0`` leave
+    ties in that order, which is C order: one pass for a CSC read, none for CSR. Values whose
+    runs are not sorted (a writer need not sort them) fail the final check and get every pass.
+    """
+    if data.size < 2:
+        return coords, data
+    rank = len(shape)
+    lead = next(m for m in range(rank + 1) if [a for a in prefix if a >= m] == [*range(m, rank)])
+    for axis in reversed(range(lead)):
+        counts = np.bincount(coords[axis], minlength=shape[axis])
+        coords, data = sort_by_key(coords[axis], counts, coords, data)
+    linear = np.ravel_multi_index(tuple(coords), shape)
+    if bool(np.all(linear[1:] > linear[:-1])):
+        return coords, data
+    for axis in reversed(range(rank)):
+        counts = np.bincount(coords[axis], minlength=shape[axis])
+        coords, data = sort_by_key(coords[axis], counts, coords, data)
+    return coords, data
+
+
+def assemble(
+    selection: Selection,
+    layout: LayoutGeometry,
+    lengths: Positions,
+    indices: Positions,
+    data: npt.NDArray[Any],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Coordinates (over :attr:`Selection.result_shape`) and values of the selection, C order.
+
+    ``indices`` and ``data`` are the layout's runs for the selection's sorted distinct positions
+    along its indexed axis, ``lengths`` values each.
+
+    1. Unravel each value's index over ``index_order``; map every other axis's coordinate to its
+       output slots (:func:`_slots`), dropping values no slot asks for and copying repeated ones.
+    2. Along the indexed axis, copy whole runs into the caller's order: the run of each requested
+       position, once per request, by repeating run starts.
+    3. Put the values in C order: a transposition for a rank-2 read across, else counting sorts
+       over the axes the values are not yet sorted by (:func:`c_order`).
+    """
+    axis = layout.indexed_axis
+    rank = len(selection.shape)
+    rows: dict[int, Positions] = {}
+    runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    origin: Positions | None = None  # which value of ``data`` each kept one is
+    for other, column in zip(
+        layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
+    ):
+        take, slots = _slots(column if origin is None else column[origin], selection, other)
+        if take is not None:
+            origin = take if origin is None else origin[take]
+            runs = runs[take]
+            rows = {a: row[take] for a, row in rows.items()}
+        rows[other] = slots
+    kept = lengths if origin is None else np.bincount(runs, minlength=lengths.size)
+    if selection.ordered(axis):
+        rows[axis], per_run = runs, kept
+    else:  # whole runs, in the caller's order, each once per request
+        asked = selection.inverse[axis]
+        per_run = kept[asked]
+        gather = np.repeat((np.cumsum(kept) - kept)[asked], per_run) + _within(per_run)
+        origin = gather if origin is None else origin[gather]
+        rows = {a: row[gather] for a, row in rows.items()}
+        rows[axis] = np.repeat(np.arange(asked.size, dtype=np.int64), per_run)
+    values = data if origin is None else data[origin]
+    out_shape = selection.out_shape
+    if rank == 2 and axis == 1 and selection.ordered(0):  # a read across runs: transpose them
+        transposed = transpose_runs(rows[0], per_run, values, out_shape[0])
+        if transposed is not None:
+            coords = transposed[0]
+            return coords[[a for a in range(rank) if a not in selection.dropped]], transposed[1]
+    kept_axes = [a for a in range(rank) if a not in selection.dropped]
+    if not kept_axes:  # one cell
+        return np.zeros((0, values.size), dtype=np.int64), values
+    coords = np.stack([rows[a] for a in kept_axes])
+    prefix = [kept_axes.index(a) for a in _sorted_prefix(selection, layout) if a in kept_axes]
+    return c_order(coords, values, selection.result_shape, prefix)
+
+
+def assemble_points(
+    points: Sequence[Positions],
+    unique: Positions,
+    layout: LayoutGeometry,
+    lengths: Positions,
+    indices: Positions,
+    data: npt.NDArray[Any],
+) -> tuple[Positions, npt.NDArray[Any]]:
+    """Which points hold a value, and the values: a join of the points with the runs read.
+
+    ``points`` are positions per axis (point ``i`` is one cell); the runs are those of the sorted
+    distinct positions ``unique`` along the layout's indexed axis.
+
+    1. Key each value by (its run, its index) and each point by (the run of its position along
+       the indexed axis, its other coordinates raveled over ``index_order``).
+    2. Sort the value keys if a writer left runs unsorted; find each point's key among them.
+    """
+    extent = max(layout.extent, 1)
+    runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    keys = runs * extent + indices
+    if not bool(np.all(keys[1:] > keys[:-1])):
+        order = np.argsort(keys, kind="stable")
+        keys, data = keys[order], data[order]
+    others = [points[axis] for axis in layout.index_order]
+    raveled = np.ravel_multi_index(others, layout.index_shape) if others else 0
+    wanted = np.searchsorted(unique, points[layout.indexed_axis]) * extent + raveled
+    spot = np.searchsorted(keys, wanted)
+    found = spot < keys.size
+    found[found] = keys[spot[found]] == wanted[found]
+    hits = np.flatnonzero(found)
+    return hits, data[spot[hits]]

@@ -1,0 +1,112 @@
+"""The two read waves: ``indptr`` brackets of the positions asked for, then every run they name.
+
+Each wave is one batch of zarr chunk fetches (every chunk fetched once), so a selection costs two
+round trips of latency whatever its size. This is the reader's only I/O besides the statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from sporadik_dask.chunks import read_chunks
+from sporadik_dask.describe import LayoutDescription
+from sporadik_dask.errors import LayoutError
+from sporadik_dask.read.routing import Brackets, run_chunks
+from sporadik_dask.read.selection import Positions, distinct
+from sporadik_dask.spec import check_indices
+
+__all__ = ["fetch_brackets", "fetch_runs"]
+
+
+def _elements(
+    decoded: list[npt.NDArray[Any]],
+    ids: npt.NDArray[np.int64],
+    chunk: int,
+    where: npt.NDArray[np.int64],
+) -> npt.NDArray[Any]:
+    """Elements ``where`` of an array, from its decoded whole chunks ``ids`` (sorted).
+
+    Element ``e`` sits at (the rank of chunk ``e // chunk`` among ``ids``) * chunk + e % chunk.
+    """
+    table = np.concatenate(decoded) if decoded else np.zeros(0, dtype=np.int64)
+    return table[np.searchsorted(ids, where // chunk) * chunk + where % chunk]
+
+
+def fetch_brackets(
+    requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Positions]], location: str
+) -> list[Brackets]:
+    """Wave one: where each position's run starts and stops, for one or more layouts at once.
+
+    Each request is a layout, its ``indptr`` array and sorted positions; only the ``indptr``
+    chunks holding them are read, all requests in one batch.
+    """
+    fetches = []
+    for layout, indptr, positions in requests:
+        chunk = layout.chunks["indptr"]
+        ids = distinct(np.concatenate([positions // chunk, (positions + 1) // chunk]))
+        fetches.append((indptr, ids))
+    found = []
+    for (layout, _, positions), (_, ids), decoded in zip(
+        requests, fetches, read_chunks(fetches), strict=True
+    ):
+        chunk = layout.chunks["indptr"]
+        lo = _elements(decoded, ids, chunk, positions).astype(np.int64)
+        hi = _elements(decoded, ids, chunk, positions + 1).astype(np.int64)
+        if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
+            raise LayoutError(
+                f"Layout {layout.path!r} in {location}: indptr names runs outside its "
+                f"{layout.nnz} values or running backwards; the layout is corrupt, and "
+                "reading on would return values of other cells. Rewrite it (sporadik-dask "
+                "validate names the fault)."
+            )
+        found.append((lo, hi))
+    return found
+
+
+def fetch_runs(
+    layout: LayoutDescription,
+    arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
+    brackets: Brackets,
+    location: str,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Wave two: the indices and values of every run, concatenated in the order asked.
+
+    ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
+    (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
+    both arrays in one batch.
+    """
+    lo, hi = brackets
+    counts = hi - lo
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
+    fetches = [
+        (array, run_chunks(lo, hi, layout.chunks[name]))
+        for name, array in zip(("indices", "data"), arrays, strict=True)
+    ]
+    contiguous = bool(np.all(lo[1:] == hi[:-1]))
+    within = (
+        None
+        if contiguous
+        else np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    )
+    taken = []
+    for (array, ids), decoded in zip(fetches, read_chunks(fetches), strict=True):
+        chunk = int(array.chunks[0])
+        table = np.concatenate(decoded)
+        if within is None:  # one range of elements over consecutive chunks: a slice, no gather
+            first = int(lo[0]) - int(ids[0]) * chunk
+            taken.append(table[first : first + total])
+            continue
+        # A run's chunks are consecutive in ``ids`` (every chunk it touches was fetched), so
+        # each run is one contiguous stretch of ``table``: locate runs, not values.
+        start = np.searchsorted(ids, lo // chunk) * chunk + lo % chunk
+        taken.append(table[np.repeat(start, counts) + within])
+    indices = taken[0].astype(np.int64, copy=False)
+    check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
+    return indices, taken[1]

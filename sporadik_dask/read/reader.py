@@ -1,0 +1,391 @@
+"""``StoreReader``: a store's description and arrays behind one small, immutable front.
+
+Each job lives in its own module: :mod:`~sporadik_dask.read.selection` resolves a key,
+:mod:`~sporadik_dask.read.routing` picks a layout, :mod:`~sporadik_dask.read.fetch` makes the two
+read waves, :mod:`~sporadik_dask.read.assembly` builds the result and
+:mod:`~sporadik_dask.read.statistics` answers per-position questions. The reader holds what they
+share (where the store is, its description, the arrays opened once) and pickles as a location.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import warnings
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+
+from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
+from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
+from sporadik_dask.read import statistics
+from sporadik_dask.read.assembly import assemble, assemble_points
+from sporadik_dask.read.fetch import fetch_brackets, fetch_runs
+from sporadik_dask.read.routing import Brackets, Route, candidates, route
+from sporadik_dask.read.selection import Positions, Selection, distinct, normalize_points
+from sporadik_dask.spec import ARRAY_NAMES, MAXIMA
+from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+
+__all__ = ["StoreReader", "describe_store"]
+
+Format = Literal["coo", "gcxs"]
+
+
+def describe_store(
+    store: StoreLike, storage_options: dict[str, Any] | None = None
+) -> tuple[StoreDescription, dict[str, Any]]:
+    """The store's description, and the arrays describing opened (async arrays by path), kept so
+    that no document is fetched twice (on an object store, each is a round trip)."""
+
+    async def describe() -> tuple[StoreDescription, dict[str, Any]]:
+        root = await open_group_async(store, mode="r", storage_options=storage_options)
+        opened: dict[str, Any] = {}
+        description = await describe_group_async(root, location_of(store), opened)
+        return description, opened
+
+    return run(describe())
+
+
+class StoreReader:
+    """A store's description and lazily opened arrays; pickles as a location, never a handle.
+
+    What a reader reads from (``store``, ``storage_options``, ``description``) and how ``[]``
+    answers (``axis``, ``format``) are fixed at construction; only the cache of opened arrays
+    fills in later.
+    """
+
+    __slots__ = ("_axis", "_description", "_format", "_opened", "_storage_options", "_store")
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        storage_options: dict[str, Any] | None = None,
+        description: StoreDescription | None = None,
+        axis: int | None = None,
+        format: Format = "coo",
+    ) -> None:
+        if format not in ("coo", "gcxs"):
+            raise SporadikError(f"format={format!r}; choose 'coo' or 'gcxs'.")
+        if isinstance(store, os.PathLike):
+            store = os.fspath(store)
+        self._store = store
+        self._storage_options = storage_options
+        self._opened: dict[str, zarr.Array[Any]] | None = None
+        if description is None:
+            description, opened = describe_store(store, storage_options)
+            self.adopt(opened)
+        self._description = description
+        if axis is not None and axis not in description.layouts:
+            raise LayoutError(
+                f"{self.location} has no layout making axis {axis} contiguous (it has "
+                f"{sorted(description.layouts)}); reading along it would scan another. Pass one "
+                f"of those, or write it with sporadik_dask.add_axis(store, {axis})."
+            )
+        self._axis = axis
+        self._format: Format = format
+
+    @property
+    def store(self) -> StoreLike:
+        """The store: a local path, a URL, or a zarr store object."""
+        return self._store
+
+    @property
+    def storage_options(self) -> dict[str, Any] | None:
+        """Options for opening a URL (fsspec's)."""
+        return self._storage_options
+
+    @property
+    def description(self) -> StoreDescription:
+        """What the store says about itself, read from metadata documents only."""
+        return self._description
+
+    @property
+    def axis(self) -> int | None:
+        """The layout ``[]`` reads through; ``None`` routes each selection to the cheapest."""
+        return self._axis
+
+    @property
+    def format(self) -> Format:
+        """What ``[]`` returns: ``sparse.COO``, or ``sparse.GCXS`` compressed along ``axis``."""
+        return self._format
+
+    def adopt(self, opened: dict[str, Any]) -> None:
+        """Use arrays a description already opened (async arrays by path), fetching nothing."""
+        self._opened = {path: zarr.Array(array) for path, array in opened.items()}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "storage_options": self.storage_options,
+            "description": self.description,
+            "axis": self.axis,
+            "format": self.format,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["store"],
+            storage_options=state["storage_options"],
+            description=state["description"],
+            axis=state["axis"],
+            format=state["format"],
+        )
+
+    def __dask_tokenize__(self) -> Any:
+        return (type(self).__name__, self.location, repr(self.description), self.axis, self.format)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The values' dtype."""
+        return self.description.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The array's shape."""
+        return self.description.shape
+
+    @property
+    def ndim(self) -> int:
+        """The array's rank."""
+        return len(self.shape)
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages."""
+        return location_of(self.store)
+
+    def __repr__(self) -> str:
+        axes = "+".join(f"axis{a}" for a in self.description.indexed_axes)
+        return f"StoreReader({self.location!r}, shape={self.shape}, {axes})"
+
+    def __getitem__(self, key: Any) -> Any:
+        """``key`` in :attr:`format`, so dask's own getter can read blocks (and fuse slices)."""
+        if self.format == "gcxs" and self.axis is not None:
+            return self.read_compressed(key, axis=self.axis)
+        return self.read(key, axis=self.axis)
+
+    def read(self, key: Any, *, axis: int | None = None) -> Any:
+        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection.
+
+        ``key`` takes, per axis, an integer, a slice of any step, an integer array (unsorted,
+        repeated, negative) or a boolean mask, as numpy's outer indexing does; ``axis`` forces a
+        layout rather than the cheapest.
+
+        1. Bracket the selection's sorted distinct positions in every candidate layout (wave
+           one), and route to the layout whose runs touch the fewest zarr chunks.
+        2. Read those runs (wave two).
+        3. Assemble them into the caller's order and C order (no sparse indexing afterwards).
+        """
+        import sparse
+
+        selection = Selection.from_key(key, self.shape)
+        shape = selection.result_shape
+        if selection.empty:
+            nothing = np.zeros(0, dtype=self.dtype)
+            return sparse.COO(np.zeros((len(shape), 0), dtype=np.int64), nothing, shape=shape)
+        chosen = self._route(selection, axis)
+        lo, hi = chosen.brackets
+        indices, data = self.runs(chosen.layout, lo, hi)
+        coords, values = assemble(selection, chosen.layout, hi - lo, indices, data)
+        if not shape:  # one cell: a scalar, as sparse and numpy give
+            return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
+        return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
+
+    def read_points(self, key: Any) -> Any:
+        """Pointwise (vectorized) indexing: ``key`` holds one integer array per axis, broadcast
+        together, and names the cells ``(key[0][i], key[1][i], ...)``, as numpy's
+        ``x[[0, 2], [1, 1]]``. A ``sparse.COO`` of the broadcast shape; two read waves.
+
+        The layout is routed as for the outer selection of each axis's distinct positions; the
+        runs of the points' positions along it are read once and joined with the points.
+        """
+        import sparse
+
+        points, shape = normalize_points(key, self.shape)
+        if points[0].size == 0:
+            nothing = np.zeros((len(shape), 0), dtype=np.int64)
+            return sparse.COO(nothing, np.zeros(0, dtype=self.dtype), shape=shape)
+        chosen = self._route(Selection.from_key(tuple(map(distinct, points)), self.shape), None)
+        lo, hi = chosen.brackets
+        indices, data = self.runs(chosen.layout, lo, hi)
+        unique = distinct(points[chosen.layout.indexed_axis])
+        hits, values = assemble_points(points, unique, chosen.layout, hi - lo, indices, data)
+        if not shape:  # one point named by integers: a scalar, as numpy gives
+            return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
+        coords = np.stack(np.unravel_index(hits, shape))
+        return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
+
+    @property
+    def vindex(self) -> _Points:
+        """``reader.vindex[rows, cols]``: :meth:`read_points`, spelled as dask spells it."""
+        return _Points(self)
+
+    def route(self, key: Any) -> Route:
+        """The layout :meth:`read` would read ``key`` through, and what its runs cost.
+
+        Reads the first wave (``indptr`` brackets) only.
+        """
+        return self._route(Selection.from_key(key, self.shape), None)
+
+    def _route(self, selection: Selection, axis: int | None) -> Route:
+        layouts = self.description.layouts
+        if axis is not None and axis not in layouts:
+            raise LayoutError(
+                f"{self.location} has no layout making axis {axis} contiguous (it has "
+                f"{sorted(layouts)}). Read without axis=, or write it with "
+                f"sporadik_dask.add_axis(store, {axis})."
+            )
+        axes = (axis,) if axis is not None else candidates(self.description, selection)
+        found = self.brackets([(layouts[a], selection.unique[a]) for a in axes])
+        chosen = route(self.description, dict(zip(axes, found, strict=True)))
+        if axis is None:
+            self._warn_if_scan(selection, chosen.layout.indexed_axis)
+        return chosen
+
+    def _warn_if_scan(self, selection: Selection, chosen: int) -> None:
+        if selection.narrow(chosen):
+            return
+        narrow = [
+            axis
+            for axis in range(self.ndim)
+            if selection.narrow(axis) and axis not in self.description.layouts
+        ]
+        if narrow:
+            warnings.warn(
+                f"Selecting along axis {narrow[0]} of {self.location} scans every value of layout "
+                f"'layouts/axis{chosen}', since the store has no layout making axis {narrow[0]} "
+                f"contiguous. sporadik_dask.add_axis(store, {narrow[0]}) writes it once, and then "
+                "such selections read only their runs.",
+                ScanWarning,
+                stacklevel=4,
+            )
+
+    def read_compressed(self, key: Any, *, axis: int) -> Any:
+        """``key`` as a ``sparse.GCXS`` compressed along ``axis``.
+
+        A contiguous range of positions along ``axis``, whole along every other axis of a layout
+        raveled in ascending order, is the layout's own arrays (``indptr`` rebased): no
+        coordinate is built and nothing is sorted, so reductions along the runs are cheap.
+        Anything else is read as ``sparse.COO`` and converted.
+        """
+        import sparse
+
+        layout = self.description.layouts[axis]
+        selection = Selection.from_key(key, self.shape)
+        positions = selection.positions[axis]
+        ranged = positions.size > 0 and np.array_equal(
+            positions, np.arange(positions[0], positions[0] + positions.size)
+        )
+        if (
+            ranged
+            and not selection.dropped
+            and all(selection.whole(a) for a in layout.index_order)
+            and list(layout.index_order) == sorted(layout.index_order)
+        ):
+            ((lo, hi),) = self.brackets([(layout, positions)])
+            indices, data = self.runs(layout, lo, hi)
+            indptr = np.concatenate(([0], np.cumsum(hi - lo)))
+            return sparse.GCXS(
+                (data, indices, indptr), shape=selection.out_shape, compressed_axes=(axis,)
+            )
+        result = self.read(key, axis=axis)
+        if result.ndim == 0:
+            return result
+        return result.asformat("gcxs", compressed_axes=(min(axis, result.ndim - 1),))
+
+    def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
+        """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
+        if self._opened is None:
+            self._opened = run(self._open())
+        return {
+            name: self._opened[f"{layout.path}/{name}"]
+            for name in (*ARRAY_NAMES, MAXIMA)
+            if f"{layout.path}/{name}" in self._opened
+        }
+
+    async def _open(self) -> dict[str, zarr.Array[Any]]:
+        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
+        paths = [
+            f"{layout.path}/{name}"
+            for layout in self.description.layouts.values()
+            for name in (*ARRAY_NAMES, MAXIMA)
+            if name != MAXIMA or layout.has_maxima
+        ]
+        opened = await asyncio.gather(*(root.getitem(path) for path in paths))
+        return {path: zarr.Array(array) for path, array in zip(paths, opened, strict=True)}  # type: ignore[arg-type]
+
+    def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
+        """Wave one: where each position's run starts and stops, for one or more layouts at once.
+
+        Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch.
+        """
+        return fetch_brackets(
+            [(layout, self._arrays(layout)["indptr"], positions) for layout, positions in requests],
+            self.location,
+        )
+
+    def runs(
+        self, layout: LayoutDescription, lo: Positions, hi: Positions
+    ) -> tuple[Positions, npt.NDArray[Any]]:
+        """Wave two: the indices and values of every run, concatenated in the order asked.
+
+        Every zarr chunk the runs touch is fetched once, both arrays in one batch.
+        """
+        arrays = self._arrays(layout)
+        return fetch_runs(layout, (arrays["indices"], arrays["data"]), (lo, hi), self.location)
+
+    def _all_brackets(self, axis: int) -> tuple[LayoutDescription, Brackets]:
+        """The layout along ``axis`` and the brackets of its every position (all of ``indptr``)."""
+        layout = self._layout_for(axis)
+        layout.check_whole_read(self.location)
+        ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
+        return layout, (lo, hi)
+
+    def counts(self, axis: int) -> Positions:
+        """Values per position along ``axis``: ``diff(indptr)``, no value read."""
+        _, brackets = self._all_brackets(axis)
+        return statistics.counts(brackets)
+
+    def totals(self, axis: int) -> npt.NDArray[Any]:
+        """Sum of the values at each position along ``axis``, over every other axis.
+
+        Read from the layout making ``axis`` contiguous: its ``data`` and ``indptr`` alone (no
+        index is read, nothing is sorted), a bounded batch of chunks at a time. Sums accumulate
+        in 64 bits (float64, int64 or uint64).
+        """
+        layout, brackets = self._all_brackets(axis)
+        return statistics.totals(layout, brackets, self._arrays(layout)["data"])
+
+    def maxima(self, axis: int) -> npt.NDArray[Any]:
+        """Largest absolute value per position along ``axis``, as stored at write time."""
+        layout = self._layout_for(axis)
+        layout.check_whole_read(self.location)
+        if not layout.has_maxima:
+            raise LayoutError(
+                f"Layout {layout.path!r} in {self.location} carries no maxima (an older writer); "
+                "reducing over every value would be needed. Rewrite the layout to add them."
+            )
+        return np.asarray(self._arrays(layout)[MAXIMA][:])
+
+    def _layout_for(self, axis: int) -> LayoutDescription:
+        if axis not in self.description.layouts:
+            raise LayoutError(
+                f"{self.location} has no layout making axis {axis} contiguous, so its per-position "
+                f"statistics are not stored. sporadik_dask.add_axis(store, {axis}) writes it."
+            )
+        return self.description.layouts[axis]
+
+
+class _Points:
+    """``StoreReader.vindex``: square brackets for :meth:`StoreReader.read_points`."""
+
+    __slots__ = ("_reader",)
+
+    def __init__(self, reader: StoreReader) -> None:
+        self._reader = reader
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._reader.read_points(key)

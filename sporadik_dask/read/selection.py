@@ -1,0 +1,217 @@
+"""Normalising a caller's key into positions per axis, resolved here and nowhere else.
+
+A read fetches each axis's *sorted distinct* positions once and produces the caller's order
+(unsorted, repeated) while it assembles the result, so a key is kept both ways: the positions as
+asked, the sorted distinct ones, and the map from one to the other. Every indexer is checked
+here, so nothing downstream wraps a negative position or truncates a float.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Positions", "Selection", "distinct", "normalize_key", "normalize_points"]
+
+Positions = npt.NDArray[np.int64]
+
+
+def distinct(positions: Positions) -> Positions:
+    """Sorted distinct positions; O(n) when they already are (numpy 2's ``np.unique`` hashes)."""
+    if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return positions
+    ordered = np.sort(positions)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def _unique_inverse(positions: Positions) -> tuple[Positions, Positions]:
+    """Sorted distinct positions and, for each position asked, its rank among them."""
+    if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return positions, np.arange(positions.size, dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+    inverse = np.empty(positions.size, dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Selection:
+    """A key resolved against a shape: what each axis selects, in the caller's order and sorted.
+
+    ``positions[a] == unique[a][inverse[a]]`` on every axis ``a``.
+    """
+
+    #: The array's shape the key was resolved against.
+    shape: tuple[int, ...]
+    #: Per axis, the positions selected in the caller's order (non-negative, repeats kept).
+    positions: tuple[Positions, ...]
+    #: Per axis, the sorted distinct positions: what is read.
+    unique: tuple[Positions, ...]
+    #: Per axis, for each caller position its index in ``unique``.
+    inverse: tuple[Positions, ...]
+    #: Axes an integer selected, which the result drops.
+    dropped: tuple[int, ...]
+
+    @classmethod
+    def from_key(cls, key: Any, shape: Sequence[int]) -> Selection:
+        """Resolve ``key`` against ``shape``; see :func:`normalize_key` for what is accepted."""
+        positions, dropped = normalize_key(key, shape)
+        pairs = [_unique_inverse(chosen) for chosen in positions]
+        return cls(
+            shape=tuple(int(size) for size in shape),
+            positions=tuple(positions),
+            unique=tuple(unique for unique, _ in pairs),
+            inverse=tuple(inverse for _, inverse in pairs),
+            dropped=dropped,
+        )
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        """The result's shape on every axis, the dropped ones included (as length 1)."""
+        return tuple(chosen.size for chosen in self.positions)
+
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        """The result's shape, the dropped axes left out."""
+        return tuple(n for axis, n in enumerate(self.out_shape) if axis not in self.dropped)
+
+    @property
+    def empty(self) -> bool:
+        """Whether some axis selects nothing, so the result holds no value and nothing is read."""
+        return any(chosen.size == 0 for chosen in self.positions)
+
+    def ordered(self, axis: int) -> bool:
+        """Whether ``axis``'s positions are strictly increasing: its caller order is the read's."""
+        return self.positions[axis].size == self.unique[axis].size and bool(
+            self.positions[axis] is self.unique[axis]
+            or np.array_equal(self.positions[axis], self.unique[axis])
+        )
+
+    def whole(self, axis: int) -> bool:
+        """Whether ``axis`` selects every position, once each, in order."""
+        return self.ordered(axis) and self.positions[axis].size == self.shape[axis]
+
+    def narrow(self, axis: int) -> bool:
+        """Whether ``axis`` leaves some position out, so a layout along it reads less."""
+        return self.unique[axis].size < self.shape[axis]
+
+
+def _integers(part: Any, axis: int, size: int) -> Positions:
+    """An array indexer along one axis as non-negative positions: a boolean mask or integers."""
+    array = np.asarray(part)
+    if array.ndim != 1:
+        raise IndexError(
+            f"Axis {axis}: an array indexer of shape {array.shape} in an outer selection; "
+            "each axis takes a 1-D array of positions (or a boolean mask of the axis's length)."
+        )
+    if array.dtype == np.bool_:
+        if array.size != size:
+            raise IndexError(
+                f"Axis {axis}: a boolean mask of length {array.size} for an axis of {size}; "
+                "a mask must name every position of its axis."
+            )
+        return np.flatnonzero(array).astype(np.int64, copy=False)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise IndexError(
+            f"Axis {axis}: positions of dtype {array.dtype} ({array[:3].tolist()!r}...); only "
+            "integers and boolean masks select positions. Convert them to integers first."
+        )
+    chosen = array.astype(np.int64, copy=False)
+    low, high = int(chosen.min()), int(chosen.max())
+    if low < -size or high >= size:
+        bad = low if low < -size else high
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {size}")
+    return np.where(chosen < 0, chosen + size, chosen)
+
+
+def _one(part: Any, axis: int, size: int) -> Positions:
+    """An integer indexer as its one non-negative position."""
+    if isinstance(part, (bool, np.bool_)) or getattr(part, "dtype", None) == np.bool_:
+        raise IndexError(
+            f"Axis {axis}: a single boolean {part!r}; a boolean selects as a mask of the "
+            "axis's length, or pass an integer position."
+        )
+    try:
+        position = operator.index(part)
+    except TypeError:
+        raise IndexError(
+            f"Axis {axis}: {part!r} is not an integer position; only integers, slices, integer "
+            "arrays and boolean masks select positions."
+        ) from None
+    if not -size <= position < size:
+        raise IndexError(f"index {position} is out of bounds for axis {axis} with size {size}")
+    return np.array([position % size], dtype=np.int64)
+
+
+def _expand(key: Any, rank: int) -> tuple[Any, ...]:
+    """``key`` as one indexer per axis: a tuple, ``...`` expanded, missing axes whole."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    ellipses = [at for at, part in enumerate(key) if part is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = ellipses[0]
+        key = key[:at] + (slice(None),) * (rank - len(key) + 1) + key[at + 1 :]
+    if len(key) > rank:
+        raise IndexError(f"too many indices: {len(key)} for an array of rank {rank}")
+    return key + (slice(None),) * (rank - len(key))
+
+
+def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:
+    """Per axis the positions selected, in the caller's order, and the axes an integer drops.
+
+    Accepts, per axis: an integer (negative counted from the end), a slice of any step, a 1-D
+    array or list of integers (unsorted, repeated, negative), a boolean mask of the axis's
+    length, and ``...``. Anything else (floats, strings, ``None``) raises ``IndexError``, as does
+    a position outside the axis, negative ones included: wrapping or truncating would read
+    another position's values without a word.
+    """
+    selections: list[Positions] = []
+    dropped: list[int] = []
+    for axis, (part, size) in enumerate(zip(_expand(key, len(shape)), shape, strict=True)):
+        if isinstance(part, slice):
+            try:
+                chosen = np.arange(*part.indices(size), dtype=np.int64)
+            except TypeError:
+                raise IndexError(
+                    f"Axis {axis}: slice {part!r} has bounds or a step that are not integers."
+                ) from None
+        elif np.ndim(part) == 0 and not isinstance(part, (list, tuple)):
+            chosen = _one(part, axis, size)
+            dropped.append(axis)
+        else:
+            chosen = _integers(part, axis, size)
+        selections.append(chosen)
+    return selections, tuple(dropped)
+
+
+def normalize_points(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:
+    """Pointwise (vectorized) indexing: one integer array per axis, broadcast together.
+
+    Returns the points' positions per axis (raveled, non-negative) and the broadcast shape the
+    result takes. Point ``i`` is the cell ``(positions[0][i], positions[1][i], ...)``.
+    """
+    if not isinstance(key, tuple) or len(key) != len(shape):
+        raise IndexError(
+            f"Pointwise indexing takes one integer array per axis ({len(shape)}), got {key!r}."
+        )
+    try:
+        arrays = np.broadcast_arrays(*(np.asarray(part) for part in key))
+    except ValueError as mismatch:
+        raise IndexError(f"Pointwise indexers do not broadcast together: {mismatch}") from None
+    positions = []
+    for axis, (array, size) in enumerate(zip(arrays, shape, strict=True)):
+        if array.dtype == np.bool_:
+            raise IndexError(f"Axis {axis}: pointwise indexing takes integer arrays, not masks.")
+        positions.append(_integers(array.ravel(), axis, size))
+    return positions, arrays[0].shape
