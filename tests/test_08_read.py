@@ -467,7 +467,7 @@ def test_a_boolean_mask_selects_positions_and_non_integers_are_refused(tmp_path:
 def test_a_reader_is_fixed_at_construction_and_from_sporadik_names_are_deterministic(
     tmp_path: Path,
 ) -> None:
-    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
+    path, _ = _store(tmp_path, {0: (1,), 1: (0,)})
     reader = sd.StoreReader(path, axis=1, format="gcxs")
     with pytest.raises(AttributeError):
         reader.axis = 0  # type: ignore[misc]

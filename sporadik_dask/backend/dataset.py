@@ -13,10 +13,9 @@ from typing import Any
 
 import xarray as xr
 import zarr
-from xarray.core import indexing
 
 from sporadik_dask.backend.accessor import READER_KEY
-from sporadik_dask.backend.array import SporadikBackendArray
+from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
 from sporadik_dask.backend.pushdown import install_reductions
 from sporadik_dask.describe import describe_group_async
@@ -43,7 +42,7 @@ def open_store_dataset(
     reader.adopt(arrays)
     labels = read_labels(zarr.Group(opened), len(reader.shape), reader.location)
     name = labels.name or _default_name(store)
-    data = indexing.LazilyIndexedArray(SporadikBackendArray(reader))
+    data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
     variable.encoding["preferred_chunks"] = _preferred_chunks(reader, labels.dims)
     variable.encoding[READER_KEY] = reader
