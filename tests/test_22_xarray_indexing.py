@@ -102,3 +102,28 @@ def test_a_position_past_either_end_raises_index_error(
         variable.isel(cell=key)
     with pytest.raises(IndexError):
         np.asarray(dense)[(key,)]  # as numpy
+
+
+@pytest.mark.parametrize("kind", ["list", "mask"])
+def test_a_chunked_selection_with_a_list_or_mask_reads_only_its_runs(
+    tmp_path: Path, kind: str
+) -> None:
+    from zarr.storage import LocalStore
+
+    from tests.helpers import RecordingStore
+
+    dense = random_dense(np.random.default_rng(7), (400, 300), 0.2)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(xr.DataArray(dense, dims=("cell", "gene"), name="x"), path, chunk=64)
+    store = RecordingStore(LocalStore(path, read_only=True))
+    variable = xr.open_dataset(store, engine="sporadik", chunks={"cell": 100})["x"]
+    genes = np.array([250, 3, 3, 77]) if kind == "list" else np.arange(300) % 97 == 0
+    store.reads.clear()
+    picked = variable.isel(gene=genes)
+    assert not any("getitem" in str(name) for name in picked.data.dask.layers)
+    values = picked.data.compute()
+    np.testing.assert_array_equal(values.todense(), dense[:, genes])
+    runs = {key for key in store.reads if "/data/c/" in key or "/indices/c/" in key}
+    everything = {str(p.relative_to(path)) for p in path.glob("layouts/*/*/c/*")}
+    assert runs and all(key.startswith("layouts/axis1/") for key in runs)  # the gene layout
+    assert len(runs) < len({k for k in everything if "axis1" in k and "indptr" not in k}) / 2

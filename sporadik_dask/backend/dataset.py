@@ -17,6 +17,7 @@ import zarr
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
+from sporadik_dask.backend.dask_selection import install_dask_selection
 from sporadik_dask.backend.pushdown import install_reductions
 from sporadik_dask.describe import describe_group_async
 from sporadik_dask.labels import read_labels
@@ -35,6 +36,7 @@ def open_store_dataset(
     """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
     keep_dask_chunks_sparse()
     install_reductions()
+    install_dask_selection()
     opened = run(open_group_async(store, mode="r", storage_options=storage_options))
     arrays: dict[str, Any] = {}
     description = run(describe_group_async(opened, location_of(store), arrays))

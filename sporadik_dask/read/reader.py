@@ -18,9 +18,9 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
+import sporadik_dask.read.statistics as statistics
 from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
 from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
-from sporadik_dask.read import statistics
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
