@@ -151,17 +151,19 @@ def _open_input(args: argparse.Namespace, staging: Path) -> Any:
 
 
 def _tenx_source(tenx: Any) -> Any:
-    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var."""
+    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var,
+    and the features' names and types as coordinates along var."""
     from dataclasses import replace
 
     from sporadik_dask.sources import Labels, source_of
 
     source = source_of(tenx.frame, shape=tenx.shape, columns=("obs", "var"), values="value")
+    extra = {name: ("var", values) for name, values in tenx.feature_columns.items()}
     labels = Labels(
         name="X",
         dims=("obs", "var"),
         attrs={},
-        coords={"obs": tenx.barcodes, "var": tenx.features},
+        coords={"obs": tenx.barcodes, "var": tenx.features, **extra},
     )
     return replace(source, labels=labels)
 
@@ -175,7 +177,8 @@ def _is_anndata_zarr(source: Path) -> bool:
 
 
 def _anndata_matrix(source: Path) -> Any:
-    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates."""
+    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates, and the
+    columns of obs and var as coordinates along them."""
     try:
         import anndata
         from anndata.experimental import read_elem_lazy
@@ -197,13 +200,20 @@ def _anndata_matrix(source: Path) -> Any:
 
         group = zarr.open_group(source, mode="r")
     x = read_elem_lazy(group["X"])
-    obs = anndata.io.read_elem(group["obs"]).index.to_numpy().astype(str)
-    var = anndata.io.read_elem(group["var"]).index.to_numpy().astype(str)
+    from sporadik_dask.labels import frame_coords
+
+    tables = {dim: anndata.io.read_elem(group[dim]) for dim in ("obs", "var")}
+    coords: dict[str, Any] = {
+        dim: table.index.to_numpy().astype(str) for dim, table in tables.items()
+    }
+    taken = set(coords)
+    for dim, table in tables.items():
+        coords.update(frame_coords(table, dim, ("obs", "var"), taken))
     if not isinstance(x._meta, np.ndarray):
         meta = sparse.COO.from_numpy(np.zeros((0, 0), dtype=x.dtype))
         x = x.map_blocks(sparse.COO.from_scipy_sparse, dtype=x.dtype, meta=meta)
     data = da.Array(x.dask, x.name, x.chunks, meta=x._meta)
-    return xr.DataArray(data, dims=("obs", "var"), coords={"obs": obs, "var": var}, name="X")
+    return xr.DataArray(data, dims=("obs", "var"), coords=coords, name="X")
 
 
 def _convert(args: argparse.Namespace) -> None:

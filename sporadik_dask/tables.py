@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,9 @@ class TenX:
     shape: tuple[int, int]
     barcodes: np.ndarray[Any, Any]
     features: np.ndarray[Any, Any]
+    #: The features' other columns: ``feature_name`` and, from Cell Ranger 3 on, ``feature_type``
+    #: (a pandas Categorical: a few kinds, such as "Gene Expression", repeated).
+    feature_columns: dict[str, Any] = field(default_factory=dict)
 
 
 def _first(directory: Path, *names: str) -> Path:
@@ -131,11 +134,21 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
     directory = Path(directory)
     matrix = _first(directory, "matrix.mtx")
     barcodes = pd.read_csv(
-        _first(directory, "barcodes.tsv"), sep="\t", header=None, dtype=str
+        _first(directory, "barcodes.tsv"), sep="\t", header=None, dtype=str, keep_default_na=False
     ).iloc[:, 0]
-    features = pd.read_csv(
-        _first(directory, "features.tsv", "genes.tsv"), sep="\t", header=None, dtype=str
-    ).iloc[:, 0]
+    table = pd.read_csv(
+        _first(directory, "features.tsv", "genes.tsv"),
+        sep="\t",
+        header=None,
+        dtype=str,
+        keep_default_na=False,
+    )
+    features = table.iloc[:, 0]
+    feature_columns: dict[str, Any] = {}
+    if table.shape[1] > 1:
+        feature_columns["feature_name"] = table.iloc[:, 1].to_numpy(dtype=str)
+    if table.shape[1] > 2:
+        feature_columns["feature_type"] = pd.Categorical(table.iloc[:, 2])
     with _text(matrix) as stream:
         n_features, n_barcodes, entries, field = _header(stream, matrix)
         if (n_features, n_barcodes) != (len(features), len(barcodes)):
@@ -162,6 +175,7 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
         shape=(n_barcodes, n_features),
         barcodes=barcodes.to_numpy(dtype=str),
         features=features.to_numpy(dtype=str),
+        feature_columns=feature_columns,
     )
 
 

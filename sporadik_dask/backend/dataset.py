@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import xarray as xr
-import zarr
 from xarray.core import indexing
 
 from sporadik_dask.backend.accessor import READER_KEY
@@ -41,14 +40,19 @@ def open_store_dataset(
     description = run(describe_group_async(opened, location_of(store), arrays))
     reader = StoreReader(store, storage_options=storage_options, description=description)
     reader.adopt(arrays)
-    labels = read_labels(zarr.Group(opened), len(reader.shape), reader.location)
+    labels = read_labels(opened, len(reader.shape), reader.location)
     name = labels.name or _default_name(store)
     data = indexing.LazilyIndexedArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
     variable.encoding["preferred_chunks"] = _preferred_chunks(reader, labels.dims)
     variable.encoding[READER_KEY] = reader
-    variables = {} if name in set(drop_variables or ()) else {name: variable}
-    coords = {dim: (dim, values) for dim, values in labels.coords.items()}
+    dropped = set(drop_variables or ())
+    variables = {} if name in dropped else {name: variable}
+    coords = {
+        key: xr.Variable(c.dims, c.values, attrs=c.attrs)
+        for key, c in labels.coords.items()
+        if key not in dropped
+    }
     return xr.Dataset(variables, coords=coords)
 
 
