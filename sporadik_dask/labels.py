@@ -92,9 +92,9 @@ def labels_of(array: Any) -> Labels:
 
     coords = {}
     for name, coord in array.coords.items():
-        values: Any = np.asarray(coord.values)
-        if isinstance(coord.dtype, pd.CategoricalDtype):  # .values is the categories' objects
-            values = pd.Categorical(values.ravel(), dtype=coord.dtype)
+        values = coord.data  # pandas' own array where xarray keeps one (.values converts)
+        if not isinstance(values, pd.api.extensions.ExtensionArray):
+            values = np.asarray(coord.values)
         coords[str(name)] = (tuple(str(d) for d in coord.dims), values, dict(coord.attrs))
     return Labels(
         name=array.name,
@@ -164,9 +164,9 @@ def _coordinate(name: str, spelled: Any, dims: tuple[str, ...]) -> Coordinate:
 def _storable(name: str, values: Any) -> Any:
     """``values`` as numpy (or a ``pandas.Categorical`` of storable categories), or refused.
 
-    pandas' other extension arrays become numpy where numpy holds their values as they are
-    (nullable integers, booleans and strings without missing values); with missing values they
-    become objects, refused below with what to do.
+    pandas' other extension arrays become numpy where numpy holds their values as they are:
+    nullable integers, booleans and strings without missing values, nullable floats with them
+    (as NaN). Missing values anywhere else are refused, with what to do.
     """
     import pandas as pd
 
@@ -175,6 +175,13 @@ def _storable(name: str, values: Any) -> Any:
     if isinstance(values, pd.Categorical):
         _storable(f"{name}'s categories", np.asarray(values.categories))
         return values
+    masked = getattr(getattr(values, "dtype", None), "numpy_dtype", None)
+    if masked is not None and masked.kind != "f" and values.isna().any():
+        raise LayoutError(
+            f"Coordinate {name!r} holds missing values in pandas dtype {values.dtype}; numpy "
+            "would turn them into NaN or objects and the dtype would change. Fill them, cast to "
+            "float (missing as NaN), or make it a pandas Categorical (missing kept as code -1)."
+        )
     values = np.asarray(values)
     kind = values.dtype.kind
     if kind in "biufcUTMm":
@@ -185,9 +192,8 @@ def _storable(name: str, values: Any) -> Any:
     if kind == "O" and pd.isna(values).any():
         raise LayoutError(
             f"Coordinate {name!r} holds missing values among {inferred} objects; numpy holds "
-            "no missing string or integer, so they would come back as other values. Fill them, "
-            "cast numbers to float (missing as NaN), or make it a pandas Categorical (missing "
-            "kept as code -1)."
+            "no missing string, so they would come back as other values. Fill them, or make it "
+            "a pandas Categorical (missing kept as code -1)."
         )
     raise LayoutError(
         f"Coordinate {name!r} holds {inferred or values.dtype} values, which the store keeps "
@@ -238,10 +244,19 @@ def write_coords(root: zarr.Group, labels: Labels | None) -> None:
             categorical = group.create_group(
                 name, attributes={**CATEGORICAL, "ordered": bool(values.ordered), **attributes}
             )
-            _write_array(categorical, "codes", values.codes, coordinate.dims, {})
-            _write_array(categorical, "categories", np.asarray(values.categories), None, {})
+            categories = np.asarray(values.categories)
+            _write_array(
+                categorical, "codes", values.codes, coordinate.dims, _anndata(values.codes)
+            )
+            _write_array(categorical, "categories", categories, None, _anndata(categories))
         else:
             _write_array(group, name, values, coordinate.dims, attributes)
+
+
+def _anndata(values: np.ndarray[Any, Any]) -> dict[str, str]:
+    """anndata's encoding attributes for a plain array, so its reader does not warn."""
+    kind = "string-array" if values.dtype.kind in "UOT" else "array"
+    return {"encoding-type": kind, "encoding-version": "0.2.0"}
 
 
 def _write_array(
