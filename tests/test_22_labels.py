@@ -117,6 +117,24 @@ def test_coordinate_attrs_and_anndata_categoricals_come_back(tmp_path: Path) -> 
     pd.testing.assert_extension_array_equal(read, kinds)
 
 
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_a_categorical_coordinate_groups_and_selects_lazily_or_chunked(
+    tmp_path: Path, chunks: Any
+) -> None:
+    dense = random_dense(np.random.default_rng(2), (6, 4), 0.6)
+    kinds = pd.Categorical(["t", "b", "t", "nk", "b", "t"], categories=["t", "b", "nk", "dc"])
+    array = labelled(sparse.COO.from_numpy(dense)).assign_coords(kind=("cell", kinds))
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    opened = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks=chunks)["counts"]
+    assert list(opened["kind"].dtype.categories) == ["t", "b", "nk", "dc"]
+    sums = opened.groupby("kind").sum()
+    for group in ("t", "b", "nk"):
+        expected = dense[np.asarray(kinds) == group].sum(axis=0)
+        np.testing.assert_allclose(sums.sel(kind=group).values, expected)
+    picked = opened.sel(kind="b")
+    np.testing.assert_array_equal(np.asarray(picked["cell"]), [11, 14])
+
+
 def test_a_store_written_before_non_dimension_coordinates_still_opens(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(1), (6, 4), 0.5)
     sd.to_sporadik(labelled(sparse.COO.from_numpy(dense)), tmp_path / "s.zarr")

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import xarray as xr
 from xarray.core import indexing
 
@@ -32,7 +33,13 @@ def open_store_dataset(
     storage_options: dict[str, Any] | None = None,
     drop_variables: Iterable[str] | None = None,
 ) -> xr.Dataset:
-    """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
+    """The store as a Dataset of one lazy, sparse variable with the labels the writer stored.
+
+    A categorical coordinate along a dim gets a pandas index: xarray's ``open_dataset`` wraps
+    every unindexed coordinate for caching, and then cannot chunk a categorical one
+    (``chunks={}`` fails in dask's ``normalize_chunks``), while an index stays in memory as it
+    is. It also lets ``sel(cell_type="B")`` select a group's cells.
+    """
     keep_dask_chunks_sparse()
     install_reductions()
     opened = run(open_group_async(store, mode="r", storage_options=storage_options))
@@ -53,7 +60,11 @@ def open_store_dataset(
         for key, c in labels.coords.items()
         if key not in dropped
     }
-    return xr.Dataset(variables, coords=coords)
+    dataset = xr.Dataset(variables, coords=coords)
+    for key, coord in coords.items():
+        if coord.dims != (key,) and isinstance(coord.dtype, pd.CategoricalDtype):
+            dataset = dataset.set_xindex(key)
+    return dataset
 
 
 def _default_name(store: StoreLike) -> str:
