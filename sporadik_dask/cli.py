@@ -206,7 +206,7 @@ def _anndata_matrix(source: Path) -> Any:
     coords: dict[str, Any] = {
         dim: table.index.to_numpy().astype(str) for dim, table in tables.items()
     }
-    taken = set(coords)
+    taken = {*coords, "X"}
     for dim, table in tables.items():
         coords.update(frame_coords(table, dim, ("obs", "var"), taken))
     if not isinstance(x._meta, np.ndarray):

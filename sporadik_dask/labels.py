@@ -83,6 +83,11 @@ class Labels:
             str(name): _coordinate(str(name), spelled, self.dims)
             for name, spelled in self.coords.items()
         }
+        if self.name is not None and str(self.name) in checked:
+            raise LayoutError(
+                f"Coordinate {str(self.name)!r} has the array's own name, and a Dataset cannot "
+                "hold both, so the store would not open. Rename the array or the coordinate."
+            )
         object.__setattr__(self, "coords", checked)
 
 
@@ -110,7 +115,8 @@ def frame_coords(
     """A pandas DataFrame's columns as coordinates along ``dim`` (categoricals kept), in
     xarray's spelling ``(dims, values)``, so they suit a DataArray and :class:`Labels` alike.
 
-    A column whose name is in ``taken`` (a dim, or another table's column) is stored as
+    A column whose name is in ``taken`` (a dim, the array's name, another table's column) is
+    stored as
     ``{dim}_{column}``, and ``taken`` grows by each name used. A column that cannot be stored is
     left out with a warning naming it, so one odd column of an annotation table does not stop
     the matrix from being written.
@@ -121,7 +127,10 @@ def frame_coords(
         name = f"{dim}_{name}" if name in taken else name
         try:
             if name in taken:
-                raise LayoutError(f"Coordinate {name!r} is taken twice; rename the column.")
+                raise LayoutError(
+                    f"both {str(column)!r} and {name!r} are taken, and one coordinate would "
+                    "replace the other; rename the column."
+                )
             coordinate = _coordinate(name, (dim, frame[column].array), dims)
         except LayoutError as refused:
             warnings.warn(f"column {column!r} left out: {refused}", UserWarning, stacklevel=2)

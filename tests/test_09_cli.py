@@ -54,6 +54,7 @@ def test_anndata_obs_and_var_columns_become_coordinates_to_group_by(tmp_path: Pa
     adata.obs["cell_type"] = pd.Categorical(kinds, categories=["B", "NK", "T"])
     adata.obs["n_genes"] = np.diff(matrix.indptr)
     adata.obs["var"] = "clashes with a dim"  # kept, as obs_var
+    adata.var["X"] = 1.0  # clashes with the array's name: kept, as var_X
     adata.obs["flag"] = pd.array([1, None] * 45, dtype="Int64")  # missing: left out, said so
     adata.var["highly_variable"] = rng.random(30) < 0.3
     adata.write_h5ad(tmp_path / "in.h5ad")
@@ -62,7 +63,15 @@ def test_anndata_obs_and_var_columns_become_coordinates_to_group_by(tmp_path: Pa
             main(["convert", str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr"), "--quiet"]) == 0
         )
     ds = xr.open_dataset(tmp_path / "out.zarr", engine="sporadik")
-    assert set(ds.coords) == {"obs", "var", "cell_type", "n_genes", "obs_var", "highly_variable"}
+    assert set(ds.coords) == {
+        "obs",
+        "var",
+        "cell_type",
+        "n_genes",
+        "obs_var",
+        "highly_variable",
+        "var_X",
+    }
     assert isinstance(ds["cell_type"].dtype, pd.CategoricalDtype)
     np.testing.assert_array_equal(ds["n_genes"].values, adata.obs["n_genes"].to_numpy())
     assert ds["highly_variable"].dims == ("var",) and ds["highly_variable"].dtype == bool

@@ -165,6 +165,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         "'n' holds missing values",
     ),
     "bytes": ({"raw": ("gene", np.array([b"a", b"b", b"c", b"d"]))}, "'raw' holds"),
+    "the array's own name": ({"counts": ("gene", np.arange(4))}, "'counts' has the array's"),
     "a name with a slash": ({"a/b": ("gene", np.arange(4))}, "'a/b' cannot name a zarr node"),
     "attrs JSON cannot hold": (
         {"depth": ("gene", np.arange(4), {"when": object()})},
