@@ -192,23 +192,26 @@ def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, A
 
 
 def _tenx_source(tenx: Any) -> Any:
-    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var."""
+    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var,
+    and the features' names and types as coordinates along var."""
     from dataclasses import replace
 
     from sporadik_dask.sources import Labels, source_of
 
     source = source_of(tenx.frame, shape=tenx.shape, columns=("obs", "var"), values="value")
+    extra = {name: ("var", values) for name, values in tenx.feature_columns.items()}
     labels = Labels(
         name="X",
         dims=("obs", "var"),
         attrs={},
-        coords={"obs": tenx.barcodes, "var": tenx.features},
+        coords={"obs": tenx.barcodes, "var": tenx.features, **extra},
     )
     return replace(source, labels=labels)
 
 
 def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
-    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates."""
+    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates, and the
+    columns of obs and var as coordinates along them."""
     try:
         import anndata
         from anndata.experimental import read_elem_lazy
@@ -216,9 +219,6 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
         raise SporadikError(
             "Reading AnnData needs the anndata package: pip install 'sporadik-dask[anndata]'."
         ) from missing
-    import dask.array as da
-    import numpy as np
-    import sparse
     import xarray as xr
 
     if source.endswith(".h5ad"):
@@ -235,20 +235,24 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
         import zarr
 
         group = zarr.open_group(source, mode="r", storage_options=options)
+    from sporadik_dask.labels import frame_coords
+
     try:
         x = read_elem_lazy(group["X"])
-        obs = anndata.io.read_elem(group["obs"]).index.to_numpy().astype(str)
-        var = anndata.io.read_elem(group["var"]).index.to_numpy().astype(str)
+        tables = {dim: anndata.io.read_elem(group[dim]) for dim in ("obs", "var")}
     except (KeyError, OSError) as unreadable:
         raise SporadikError(
             f"{source} cannot be read as AnnData ({type(unreadable).__name__}: {unreadable}); "
             "X, obs or var is missing or damaged."
         ) from None
-    if not isinstance(x._meta, np.ndarray):
-        meta = sparse.COO.from_numpy(np.zeros((0, 0), dtype=x.dtype))
-        x = x.map_blocks(sparse.COO.from_scipy_sparse, dtype=x.dtype, meta=meta)
-    data = da.Array(x.dask, x.name, x.chunks, meta=x._meta)
-    return xr.DataArray(data, dims=("obs", "var"), coords={"obs": obs, "var": var}, name="X")
+    coords: dict[str, Any] = {
+        dim: table.index.to_numpy().astype(str) for dim, table in tables.items()
+    }
+    taken = {*coords, "X"}
+    for dim, table in tables.items():
+        coords.update(frame_coords(table, dim, ("obs", "var"), taken))
+    # scipy chunks go to the writer as they are: it reads CSR and CSC through their own arrays
+    return xr.DataArray(x, dims=("obs", "var"), coords=coords, name="X")
 
 
 def _check_flags(args: argparse.Namespace) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from sporadik_dask import graph, tasks
 from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.errors import LayoutError, SporadikError
-from sporadik_dask.labels import Labels
+from sporadik_dask.labels import Labels, labels_of
 from sporadik_dask.plan import partition_bounds
 from sporadik_dask.spec import MIN_RANK, check_indptr
 
@@ -240,18 +240,7 @@ def _frame_shape(
 
 
 def _from_dataarray(array: Any) -> Source:
-    coords = {
-        str(dim): np.asarray(array.coords[dim].values)
-        for dim in array.dims
-        if dim in array.coords and array.coords[dim].ndim == 1
-    }
-    labels = Labels(
-        name=array.name,
-        dims=tuple(str(dim) for dim in array.dims),
-        attrs=dict(array.attrs),
-        coords=coords,
-    )
-    return replace(source_of(array.data), labels=labels)
+    return replace(source_of(array.data), labels=labels_of(array))
 
 
 def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Source:

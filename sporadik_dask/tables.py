@@ -12,7 +12,7 @@ import gzip
 import io
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +136,9 @@ class TenX:
     shape: tuple[int, int]
     barcodes: np.ndarray[Any, Any]
     features: np.ndarray[Any, Any]
+    #: The features' other columns: ``feature_name`` and, from Cell Ranger 3 on, ``feature_type``
+    #: (a pandas Categorical: a few kinds, such as "Gene Expression", repeated).
+    feature_columns: dict[str, Any] = field(default_factory=dict)
 
 
 def _first(directory: Path, *names: str) -> Path:
@@ -207,11 +210,21 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
     directory = Path(directory)
     matrix = _first(directory, "matrix.mtx")
     barcodes = pd.read_csv(
-        _first(directory, "barcodes.tsv"), sep="\t", header=None, dtype=str
+        _first(directory, "barcodes.tsv"), sep="\t", header=None, dtype=str, keep_default_na=False
     ).iloc[:, 0]
-    features = pd.read_csv(
-        _first(directory, "features.tsv", "genes.tsv"), sep="\t", header=None, dtype=str
-    ).iloc[:, 0]
+    table = pd.read_csv(
+        _first(directory, "features.tsv", "genes.tsv"),
+        sep="\t",
+        header=None,
+        dtype=str,
+        keep_default_na=False,
+    )
+    features = table.iloc[:, 0]
+    feature_columns: dict[str, Any] = {}
+    if table.shape[1] > 1:
+        feature_columns["feature_name"] = table.iloc[:, 1].to_numpy(dtype=str)
+    if table.shape[1] > 2:
+        feature_columns["feature_type"] = pd.Categorical(table.iloc[:, 2])
     with _reading(matrix), _text(matrix) as stream:
         header = _header(stream, matrix)
         n_features, n_barcodes = header.rows, header.columns
@@ -235,6 +248,7 @@ def read_10x(directory: str | Path, staging: Path) -> TenX:
         shape=(n_barcodes, n_features),
         barcodes=barcodes.to_numpy(dtype=str),
         features=features.to_numpy(dtype=str),
+        feature_columns=feature_columns,
     )
 
 

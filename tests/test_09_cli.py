@@ -14,9 +14,11 @@ from typing import Any
 
 import anndata
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import sporadik
+import xarray as xr
 import zarr
 
 import sporadik_dask as sd
@@ -46,6 +48,43 @@ def test_anndata_files_convert_with_names_as_coordinates(
     root = zarr.open_group(tmp_path / "out.zarr", mode="r")
     assert root.attrs["xarray"]["dims"] == ["obs", "var"]
     assert list(root["coords/var"][:3]) == ["gene0", "gene1", "gene2"]
+
+
+def test_anndata_obs_and_var_columns_become_coordinates_to_group_by(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    matrix = sp.random(90, 30, density=0.2, format="csr", random_state=4, dtype=np.float64)
+    adata = anndata.AnnData(matrix.astype(np.float32))
+    adata.obs_names = [f"cell{i}" for i in range(90)]
+    kinds = rng.choice(["T", "B", "NK"], 90)
+    adata.obs["cell_type"] = pd.Categorical(kinds, categories=["B", "NK", "T"])
+    adata.obs["n_genes"] = np.diff(matrix.indptr)
+    adata.obs["var"] = "clashes with a dim"  # kept, as obs_var
+    adata.var["X"] = 1.0  # clashes with the array's name: kept, as var_X
+    adata.obs["flag"] = pd.array([1, None] * 45, dtype="Int64")  # missing: left out, said so
+    adata.var["highly_variable"] = rng.random(30) < 0.3
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    with pytest.warns(UserWarning, match="column 'flag' left out"):
+        assert (
+            main(["convert", str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr"), "--quiet"]) == 0
+        )
+    ds = xr.open_dataset(tmp_path / "out.zarr", engine="sporadik")
+    assert set(ds.coords) == {
+        "obs",
+        "var",
+        "cell_type",
+        "n_genes",
+        "obs_var",
+        "highly_variable",
+        "var_X",
+    }
+    assert isinstance(ds["cell_type"].dtype, pd.CategoricalDtype)
+    np.testing.assert_array_equal(ds["n_genes"].values, adata.obs["n_genes"].to_numpy())
+    assert ds["highly_variable"].dims == ("var",) and ds["highly_variable"].dtype == bool
+    pseudobulk = ds["X"].groupby("cell_type").sum()
+    groups, codes = np.unique(kinds, return_inverse=True)
+    indicator = sp.csr_matrix((np.ones(90), (codes, np.arange(90))), shape=(len(groups), 90))
+    np.testing.assert_array_equal(pseudobulk["cell_type"].values, groups)
+    np.testing.assert_allclose(pseudobulk.values, (indicator @ matrix).toarray(), rtol=1e-5)
 
 
 def test_a_scipy_npz_converts(tmp_path: Path) -> None:

@@ -72,6 +72,14 @@ def test_a_10x_directory_converts_to_cells_by_features_with_names(tmp_path: Path
     counts_ = xr.open_dataset(tmp_path / "out.zarr", engine="sporadik")["X"]
     assert counts_.dims == ("obs", "var") and counts_.dtype == np.int32
     assert counts_.obs.values[3] == "BC00000003-1" and counts_["var"].values[2] == "ENSG00000000002"
+    assert counts_["feature_name"].dims == ("var",) and counts_["feature_name"].values[2] == "GENE2"
+    if v3:  # Cell Ranger 3 on: the feature type, a categorical to group by
+        assert isinstance(counts_["feature_type"].dtype, pd.CategoricalDtype)
+        assert list(counts_["feature_type"].dtype.categories) == ["Gene Expression"]
+        by_type = counts_.groupby("feature_type").sum()
+        np.testing.assert_array_equal(by_type.values[:, 0], matrix.toarray().sum(axis=0))
+    else:
+        assert "feature_type" not in counts_.coords
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filtered", "out.zarr"]  # no staging
 
 

@@ -65,3 +65,30 @@ def test_zarrita_reads_each_layout_as_we_wrote_it(
         )
         np.testing.assert_array_equal(read["indices"]["values"], compressed.indices)
         np.testing.assert_array_equal(read["indptr"]["values"], compressed.indptr)
+
+
+def test_the_reference_and_validate_read_a_store_carrying_every_kind_of_coordinate(
+    tmp_path: Path,
+) -> None:
+    import pandas as pd
+    import sparse
+    import sporadik
+    import xarray as xr
+
+    matrix = sp.random(6, 4, density=0.5, format="csr", random_state=5, dtype=np.float64)
+    array = xr.DataArray(
+        sparse.COO.from_scipy_sparse(matrix),
+        dims=("cell", "gene"),
+        name="X",
+        coords={
+            "gene": ["a", "b", "c", "d"],
+            "kind": ("cell", pd.Categorical(["t", "b", "t", None, "b", "t"])),
+            "depth": ("gene", [1.0, np.nan, 2.0, 3.0]),
+            "when": ("cell", pd.date_range("2024-01-01", periods=6)),
+            "batch": 3,
+        },
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())
+    assert sd.validate(tmp_path / "s.zarr").nnz == matrix.nnz

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import xarray as xr
-import zarr
 
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
@@ -33,7 +33,13 @@ def open_store_dataset(
     storage_options: dict[str, Any] | None = None,
     drop_variables: Iterable[str] | None = None,
 ) -> xr.Dataset:
-    """The store as a Dataset of one lazy, sparse variable with the labels the writer stored."""
+    """The store as a Dataset of one lazy, sparse variable with the labels the writer stored.
+
+    A categorical coordinate along a dim gets a pandas index: xarray's ``open_dataset`` wraps
+    every unindexed coordinate for caching, and then cannot chunk a categorical one
+    (``chunks={}`` fails in dask's ``normalize_chunks``), while an index stays in memory as it
+    is. It also lets ``sel(cell_type="B")`` select a group's cells.
+    """
     keep_dask_chunks_sparse()
     install_reductions()
     install_dask_selection()
@@ -42,15 +48,24 @@ def open_store_dataset(
     description = run(describe_group_async(opened, location_of(store), arrays))
     reader = StoreReader(store, storage_options=storage_options, description=description)
     reader.adopt(arrays)
-    labels = read_labels(zarr.Group(opened), len(reader.shape), reader.location)
+    labels = read_labels(opened, len(reader.shape), reader.location)
     name = labels.name or _default_name(store)
     data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
     variable.encoding["preferred_chunks"] = _preferred_chunks(reader, labels.dims)
     variable.encoding[READER_KEY] = reader
-    variables = {} if name in set(drop_variables or ()) else {name: variable}
-    coords = {dim: (dim, values) for dim, values in labels.coords.items()}
-    return xr.Dataset(variables, coords=coords)
+    dropped = set(drop_variables or ())
+    variables = {} if name in dropped else {name: variable}
+    coords = {
+        key: xr.Variable(c.dims, c.values, attrs=c.attrs)
+        for key, c in labels.coords.items()
+        if key not in dropped
+    }
+    dataset = xr.Dataset(variables, coords=coords)
+    for key, coord in coords.items():
+        if coord.dims != (key,) and isinstance(coord.dtype, pd.CategoricalDtype):
+            dataset = dataset.set_xindex(key)
+    return dataset
 
 
 def _default_name(store: StoreLike) -> str:
