@@ -237,6 +237,124 @@ class Target:
         return where.astype(np.int64, copy=False), values
 
 
+#: Reductions that may give a sparse result (an output cell holding no value is 0 for them).
+SPARSE_OPS: tuple[Op, ...] = ("sum", "mean")
+
+
+class SparseFields(NamedTuple):
+    """Fields of a sum or mean held only for the output cells some value lands in: for targets
+    whose dense form would not fit (50,000 groups x 20,000 genes), in memory bounded by the
+    values themselves."""
+
+    #: Output cells holding a value, sorted and distinct.
+    ids: npt.NDArray[np.int64]
+    total: npt.NDArray[Any]
+    #: Output cells holding a NaN (left out of ``total`` under ``skipna``), and how many.
+    nan_ids: npt.NDArray[np.int64]
+    nans: npt.NDArray[np.int64]
+
+
+def _sum_by_id(
+    ids: npt.NDArray[np.int64], values: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """Distinct ids, sorted, and the sum of the values at each: one sort and one ``reduceat``."""
+    if ids.size == 0:
+        return ids, values
+    order = np.argsort(ids, kind="stable")
+    ids, values = ids[order], values[order]
+    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    return ids[starts], np.add.reduceat(values, starts)
+
+
+def sparse_fields_of(
+    where: npt.NDArray[np.int64], values: npt.NDArray[Any], *, skipna: bool
+) -> SparseFields:
+    """:class:`SparseFields` of values landing at output cells ``where``."""
+    nan = np.isnan(values) if values.dtype.kind in "fc" else np.zeros(values.shape, dtype=bool)
+    nan_ids, nans = _sum_by_id(where[nan], np.ones(int(nan.sum()), dtype=np.int64))
+    if skipna and nan.any():
+        where, values = where[~nan], values[~nan]
+    ids, total = _sum_by_id(where, values.astype(_accumulator(values.dtype), copy=False))
+    return SparseFields(ids, total, nan_ids, nans)
+
+
+def merge_sparse(parts: Sequence[SparseFields]) -> SparseFields:
+    """:class:`SparseFields` of several pieces, combined."""
+    ids, total = _sum_by_id(
+        np.concatenate([p.ids for p in parts]), np.concatenate([p.total for p in parts])
+    )
+    nan_ids, nans = _sum_by_id(
+        np.concatenate([p.nan_ids for p in parts]), np.concatenate([p.nans for p in parts])
+    )
+    return SparseFields(ids, total, nan_ids, nans)
+
+
+def finish_sparse(
+    op: Op, fields: SparseFields, target: Target, dtype: np.dtype[Any], *, skipna: bool
+) -> Any:
+    """A ``sparse.COO`` result of a sum or mean from its fields."""
+    import sparse
+
+    values = fields.total
+    if op == "mean":
+        cells: Any = math.prod(target.shape[a] for a in target.axes)
+        if target.grouping is not None:
+            grouped = np.unravel_index(fields.ids, target.out_shape)
+            members = target.grouping.members()
+            cells = cells * members[grouped[target.kept.index(target.grouping.axis)]]
+        valid = cells - (_at(fields.nan_ids, fields.nans, fields.ids) if skipna else 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = values / valid
+    coords = np.stack(np.unravel_index(fields.ids, target.out_shape)).astype(np.int64)
+    data = np.asarray(values).astype(result_dtype(op, dtype), copy=False)
+    return sparse.COO(coords, data, shape=target.out_shape, has_duplicates=False, sorted=True)
+
+
+def _at(
+    ids: npt.NDArray[np.int64], counts: npt.NDArray[np.int64], where: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """``counts`` of ``ids`` looked up at ``where`` (0 where absent)."""
+    spot = np.searchsorted(ids, where)
+    found = spot < ids.size
+    found[found] = ids[spot[found]] == where[found]
+    out = np.zeros(where.shape, dtype=np.int64)
+    out[found] = counts[spot[found]]
+    return out
+
+
+def _gather(
+    op: Op,
+    target: Target,
+    where: npt.NDArray[np.int64],
+    values: npt.NDArray[Any],
+    skipna: bool,
+    dense: bool,
+) -> Fields | SparseFields:
+    if dense:
+        return fields_of(op, where, values, target.size, skipna=skipna)
+    return sparse_fields_of(where, values, skipna=skipna)
+
+
+def _combine(op: Op, parts: Sequence[Fields | SparseFields]) -> Fields | SparseFields:
+    if isinstance(parts[0], SparseFields):
+        return merge_sparse(parts)  # type: ignore[arg-type]
+    return merge(op, parts)  # type: ignore[arg-type]
+
+
+def _result(
+    op: Op,
+    fields: Fields | SparseFields,
+    target: Target,
+    dtype: np.dtype[Any],
+    skipna: bool,
+    ddof: int,
+) -> Any:
+    if isinstance(fields, SparseFields):
+        return finish_sparse(op, fields, target, dtype, skipna=skipna)
+    result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
+    return result.reshape(target.out_shape)
+
+
 def supported(op: str, dtype: np.dtype[Any]) -> bool:
     """Whether ``op`` over values of ``dtype`` is computed here (else xarray's own path)."""
     if op not in OPS or dtype.kind not in "biufc":
@@ -249,12 +367,13 @@ BATCH_VALUES = 2**21
 
 
 def reduce_store(
-    reader: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0
-) -> npt.NDArray[Any]:
+    reader: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
+) -> Any:
     """``op`` into ``target`` over a whole store, one pass over a layout in bounded batches.
 
     The layout is one whose indexed axis is kept (its runs then land in consecutive output
-    cells), else any; only runs are read, never sorted into C order.
+    cells), else any; only runs are read, never sorted into C order. The result is numpy, or a
+    ``sparse.COO`` when not ``dense`` (sums and means only).
     """
     shape = reader.shape
     layouts = reader.description.layouts
@@ -267,9 +386,8 @@ def reduce_store(
         ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
     )
     bounds = np.unique(np.concatenate(([0], cuts, [layout.positions])))
-    fields = fields_of(
-        op, np.zeros(0, np.int64), np.zeros(0, reader.dtype), target.size, skipna=skipna
-    )
+    nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
+    parts = [_gather(op, target, *nothing, skipna, dense)]
     for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         indices, values = reader.runs(layout, lo[first:last], hi[first:last])
         coords: list[Any] = [None] * len(shape)
@@ -281,19 +399,19 @@ def reduce_store(
         ):
             coords[other] = column
         where, values = target.locate(coords, values)
-        fields = merge(op, [fields, fields_of(op, where, values, target.size, skipna=skipna)])
-    result = finish(op, fields, target.cells(), reader.dtype, skipna=skipna, ddof=ddof)
-    return result.reshape(target.out_shape)
+        parts.append(_gather(op, target, where, values, skipna, dense))
+        if dense:  # dense fields add up as they come; sparse ones are merged once, at the end
+            parts = [_combine(op, parts)]
+    return _result(op, _combine(op, parts), target, reader.dtype, skipna, ddof)
 
 
 def reduce_coo(
-    array: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0
-) -> npt.NDArray[Any]:
+    array: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
+) -> Any:
     """``op`` into ``target`` over an in-memory ``sparse.COO``, by its coordinates (no sort)."""
     where, values = target.locate(list(array.coords), np.asarray(array.data))
-    fields = fields_of(op, where, values, target.size, skipna=skipna)
-    result = finish(op, fields, target.cells(), array.dtype, skipna=skipna, ddof=ddof)
-    return result.reshape(target.out_shape)
+    fields = _gather(op, target, where, values, skipna, dense)
+    return _result(op, fields, target, array.dtype, skipna, ddof)
 
 
 def _block_fields(
@@ -375,7 +493,9 @@ def _aggregate_fields(
     return result if keepdims else result.squeeze(axis=axis)
 
 
-def reduce_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0) -> Any:
+def reduce_dask(
+    x: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
+) -> Any:
     """``op`` into ``target`` over a dask array of ``sparse.COO`` blocks, as a dask array of
     numpy blocks: each block's fields from its coordinates, combined in a tree."""
     from functools import partial
@@ -383,8 +503,8 @@ def reduce_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0) 
     import dask.array as da
 
     dtype = result_dtype(op, x.dtype)
-    if target.grouping is not None:
-        return _grouped_dask(x, op, target, skipna=skipna, ddof=ddof)
+    if target.grouping is not None or not dense:
+        return _grouped_dask(x, op, target, skipna=skipna, ddof=ddof, dense=dense)
     return da.reduction(
         x,
         partial(_block_fields, op=op, skipna=skipna),
@@ -404,27 +524,22 @@ GROUP_FAN_IN = 8
 
 
 def _offset_fields(
-    block: Any, offsets: tuple[int, ...], op: Op, target: Target, skipna: bool
-) -> Fields:
+    block: Any, offsets: tuple[int, ...], op: Op, target: Target, skipna: bool, dense: bool
+) -> Fields | SparseFields:
     """One block's fields over the whole grouped target, its coordinates made global."""
     coords, values = _coordinates(block)
     coords = [np.asarray(c, dtype=np.int64) + o for c, o in zip(coords, offsets, strict=True)]
     where, values = target.locate(coords, values)
-    return fields_of(op, where, values, target.size, skipna=skipna)
+    return _gather(op, target, where, values, skipna, dense)
 
 
-def _merge_fields(op: Op, *parts: Fields) -> Fields:
-    return merge(op, list(parts))
+def _merge_fields(op: Op, *parts: Fields | SparseFields) -> Fields | SparseFields:
+    return _combine(op, parts)
 
 
-def _finish_fields(
-    fields: Fields, op: Op, target: Target, dtype: np.dtype[Any], skipna: bool, ddof: int
-) -> npt.NDArray[Any]:
-    result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
-    return result.reshape(target.out_shape)
-
-
-def _grouped_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int) -> Any:
+def _grouped_dask(
+    x: Any, op: Op, target: Target, *, skipna: bool, ddof: int, dense: bool = True
+) -> Any:
     """A grouped reduction of dask blocks: every block adds into the whole (groups, kept)
     output, so the blocks' fields are added in a tree and the result is one block."""
     import dask.array as da
@@ -432,14 +547,15 @@ def _grouped_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int) ->
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
-    name = f"sporadik-group-{op}-{tokenize(x, op, target.axes, target.grouping, skipna, ddof)}"
+    token = tokenize(x, op, target.axes, target.grouping, skipna, ddof, dense)
+    name = f"sporadik-group-{op}-{token}"
     starts = [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist() for c in x.chunks]
     layer: dict[Any, Any] = {}
     level: list[Any] = []
     for index in np.ndindex(*x.numblocks):
         offsets = tuple(starts[a][i] for a, i in enumerate(index))
         key = (name, 0, len(level))
-        layer[key] = (_offset_fields, (x.name, *index), offsets, op, target, skipna)
+        layer[key] = (_offset_fields, (x.name, *index), offsets, op, target, skipna, dense)
         level.append(key)
     depth = 0
     while len(level) > 1:
@@ -449,12 +565,12 @@ def _grouped_dask(x: Any, op: Op, target: Target, *, skipna: bool, ddof: int) ->
         for j, group in enumerate(groups):
             layer[(name, depth, j)] = (_merge_fields, op, *group)
             level.append((name, depth, j))
-    layer[name] = (_finish_fields, level[0], op, target, x.dtype, skipna, ddof)
+    layer[name] = (_result, op, level[0], target, x.dtype, skipna, ddof)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
     dtype = result_dtype(op, x.dtype)
-    return da.from_delayed(
-        Delayed(name, graph),
-        target.out_shape,
-        dtype=dtype,
-        meta=np.empty((0,) * len(target.out_shape), dtype),
-    )
+    meta: Any = np.empty((0,) * len(target.out_shape), dtype)
+    if not dense:
+        import sparse
+
+        meta = sparse.COO.from_numpy(meta)
+    return da.from_delayed(Delayed(name, graph), target.out_shape, dtype=dtype, meta=meta)

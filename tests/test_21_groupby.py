@@ -73,3 +73,23 @@ def test_group_maxima_along_genes_equal_numpy_per_group(store: tuple[Path, np.nd
     assert result.dims == ("cell", "family")
     expected = np.stack([dense[:, family == f].max(axis=1) for f in range(3)], axis=1)
     np.testing.assert_array_equal(result.values, expected)
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_past_the_dense_budget_group_sums_and_means_come_back_sparse_and_equal(
+    store: tuple[Path, np.ndarray], chunks: Any
+) -> None:
+    import dask
+
+    path, dense = store
+    labels = np.arange(dense.shape[0]) % 7
+    counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
+    counts = counts.assign_coords(kind=("cell", labels))
+    _, indicator = _indicator(labels.astype(str))
+    sums = indicator @ dense.astype(np.float64)
+    with dask.config.set({"sporadik.dense-result-cells": 100}):  # 7 groups x 25 genes is past it
+        for op, expected in (("sum", sums), ("mean", sums / np.asarray(indicator.sum(axis=1)))):
+            result = getattr(counts.groupby("kind"), op)()
+            data = result.data.compute() if chunks is not None else result.data
+            assert isinstance(data, sparse.COO) and data.dtype == np.float32
+            np.testing.assert_allclose(data.todense(), expected, rtol=1e-5)

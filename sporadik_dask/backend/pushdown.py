@@ -27,8 +27,21 @@ from sporadik_dask.backend.chunkmanager import READ_PREFIX
 
 __all__ = ["install_reductions"]
 
-#: Output cells a pushed-down result may hold; past it xarray's own (sparse) path runs.
+#: Output cells a dense result may hold (2 GiB of float64), unless ``dask.config``
+#: ``sporadik.dense-result-cells`` says otherwise; past it a sum or a mean comes back as a
+#: ``sparse.COO`` holding the cells some value lands in, and other reductions take xarray's path.
 DENSE_RESULT_CELLS = 2**28
+
+
+def _dense(target: Any, op: str) -> bool | None:
+    """Whether the result is dense, sparse (False), or not computed here (None)."""
+    import dask
+
+    from sporadik_dask.reductions import SPARSE_OPS
+
+    if target.size <= int(dask.config.get("sporadik.dense-result-cells", DENSE_RESULT_CELLS)):
+        return True
+    return False if op in SPARSE_OPS else None
 
 
 def install_reductions() -> None:
@@ -134,30 +147,34 @@ def _pushed_down(
     if keepdims or options is None or axes is None:
         return None
     target = Target(tuple(variable.shape), axes)
-    if target.size > DENSE_RESULT_CELLS:
+    dense = _dense(target, options[0])
+    if dense is None:
         return None
-    data = _pushed_data(variable, target, *options)
+    data = _pushed_data(variable, target, *options, dense=dense)
     if data is None:
         return None
     return tuple(variable.dims[a] for a in target.kept), data
 
 
-def _pushed_data(variable: Any, target: Any, op: Any, skipna: bool, ddof: int) -> Any:
+def _pushed_data(
+    variable: Any, target: Any, op: Any, skipna: bool, ddof: int, *, dense: bool
+) -> Any:
     """``op`` into ``target`` from the store beneath ``variable``, or None if it has none."""
     from sporadik_dask import reductions
 
     held = variable._data
     if _is_sporadik_dask(held):
-        return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof)
+        return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
     backend, whole = backend_under(held)
     if backend is None:
         return None
     if whole:
-        return reductions.reduce_store(backend.reader, op, target, skipna=skipna, ddof=ddof)
+        reader = backend.reader
+        return reductions.reduce_store(reader, op, target, skipna=skipna, ddof=ddof, dense=dense)
     selected = variable.data  # the selection, read once as a sparse.COO
     if not hasattr(selected, "coords"):
         return None
-    return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof)
+    return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
 
 
 def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
@@ -204,9 +221,10 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
         return None
     others = tuple(sorted(obj.get_axis_num(d) for d in dims if d != grouped_dim))
     target = Target(tuple(obj.shape), others, grouping)
-    if target.size > DENSE_RESULT_CELLS:
+    dense = _dense(target, options[0])
+    if dense is None:
         return None
-    data = _pushed_data(obj.variable, target, *options)
+    data = _pushed_data(obj.variable, target, *options, dense=dense)
     if data is None:
         return None
     (name,) = groupby.encoded.unique_coord.dims
