@@ -1,0 +1,253 @@
+"""The xarray idioms a notebook reaches for first, side by side with scipy in memory, anndata's
+lazy route and this package's own calls: time (first call in a fresh process, then again) and
+peak memory.
+
+    .venv/bin/python benchmarks/idioms.py --size full
+
+Uses the input and stores ``benchmarks/run.py`` makes (``--work``), making any that are missing.
+Each (idiom, route) runs in a fresh process of its own on the threaded scheduler, so *first*
+includes what a new process pays (imports excluded, kernels compiled or loaded from cache) and
+peak RSS is its own. Results replace the section between this script's markers in
+``docs/benchmarks.md``, with the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from page import replace_section
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN = "<!-- idioms: made by benchmarks/idioms.py -->"
+END = "<!-- /idioms -->"
+RNG_SEED = 7
+
+#: Each idiom: what it is, and its routes by name (a route is a function of the context).
+IDIOMS: dict[str, tuple[str, list[str]]] = {
+    "genes-unsorted": ("1,000 genes in a user's order", ["lazy", "scipy", "anndata-lazy"]),
+    "genes-repeated": ("1,000 genes, 300 of them twice", ["lazy", "scipy", "anndata-lazy"]),
+    "genes-reversed": ("every gene, reversed", ["lazy", "scipy", "reference"]),
+    "genes-sorted-chunked": ("100 sorted genes", ["chunks={}", "lazy", "anndata-lazy"]),
+    "gene-mask-chunked": ("a 5 % gene mask", ["chunks={}", "lazy", "scipy"]),
+    "points": ("1,000 (cell, gene) points", ["lazy", "scipy"]),
+    "sum-cell-chunked": (".sum('cell'), default skipna", ["chunks={}", "totals", "scipy"]),
+    "sum-gene-chunked": (".sum('gene', skipna=False)", ["chunks={}", "totals", "scipy"]),
+    "sum-cell-lazy": (".sum('cell') lazily", ["lazy", "totals", "scipy"]),
+    "mean-cell": (".mean('cell') (float32 stays float32)", ["lazy", "chunks={}", "scipy"]),
+    "groupby-50": ("groupby 50 cell groups .sum()", ["lazy", "chunks={}", "scipy"]),
+    "groupby-50000": ("groupby 50,000 cell groups .sum()", ["lazy", "scipy"]),
+}
+
+
+def _picks(cells: int, genes: int) -> dict[str, Any]:
+    rng = np.random.default_rng(RNG_SEED)
+    unsorted = rng.choice(genes, 1_000, replace=False)
+    return {
+        "unsorted": unsorted,
+        "repeated": np.concatenate([unsorted, unsorted[:300]]),
+        "reversed": np.arange(genes)[::-1],
+        "sorted": np.sort(rng.choice(genes, 100, replace=False)),
+        "mask": rng.random(genes) < 0.05,
+        "points": (rng.integers(0, cells, 1_000), rng.integers(0, genes, 1_000)),
+        "groups-50": rng.integers(0, 50, cells),
+        "groups-50000": rng.integers(0, 50_000, cells),
+    }
+
+
+def _ours(store: str, chunks: Any) -> Any:
+    import xarray as xr
+
+    ds = xr.open_dataset(store, engine="sporadik", chunks=chunks)
+    counts = ds[next(iter(ds.data_vars))]
+    return counts.rename(dict(zip(counts.dims, ("cell", "gene"), strict=True)))
+
+
+def _done(result: Any) -> Any:
+    """Computed, whatever the route gave."""
+    return result.compute() if hasattr(result, "compute") else result
+
+
+def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
+    """The call that does ``idiom`` by ``route``, after this process's set-up."""
+    meta = json.loads((cache / "meta.json").read_text())
+    picks = _picks(meta["cells"], meta["genes"])
+    store = str(cache / "ours-threaded.zarr")
+    selection = {
+        "genes-unsorted": picks["unsorted"],
+        "genes-repeated": picks["repeated"],
+        "genes-reversed": picks["reversed"],
+        "genes-sorted-chunked": picks["sorted"],
+        "gene-mask-chunked": picks["mask"],
+    }.get(idiom)
+    groups = picks["groups-50000" if idiom == "groupby-50000" else "groups-50"]
+    if route in ("lazy", "chunks={}"):
+        counts = _ours(store, None if route == "lazy" else {})
+        if selection is not None:
+            return lambda: _done(counts.isel(gene=selection).data)
+        if idiom == "points":
+            import xarray as xr
+
+            cells, genes = (xr.DataArray(p, dims="p") for p in picks["points"])
+            return lambda: _done(counts.isel(cell=cells, gene=genes).data)
+        if idiom.startswith("sum"):
+            dim = "gene" if idiom == "sum-gene-chunked" else "cell"
+            skipna = {"skipna": False} if idiom == "sum-gene-chunked" else {}
+            return lambda: _done(counts.sum(dim, **skipna).data)
+        if idiom == "mean-cell":
+            return lambda: _done(counts.mean("cell").data)
+        labelled = counts.assign_coords(group=("cell", groups))
+        return lambda: _done(labelled.groupby("group").sum().data)
+    if route == "totals":
+        counts = _ours(store, None)
+        kept = "cell" if idiom == "sum-gene-chunked" else "gene"
+        return lambda: counts.sporadik.totals(kept).data
+    if route == "reference":
+        import sporadik
+
+        array = sporadik.open_array(store)
+        return lambda: array.slices_at(selection, axis=1)
+    if route == "anndata-lazy":
+        import zarr
+        from anndata.experimental import read_elem_lazy
+
+        csc = read_elem_lazy(zarr.open_group(cache / "anndata.zarr", mode="r")["csc"])
+        return lambda: _done(csc[:, selection])
+    if route == "scipy":  # the matrix in memory, as CSR and CSC, loaded before the clock starts
+        import scipy.sparse as sp
+
+        rows, cols, data = (np.load(cache / f"{n}.npy") for n in ("rows", "cols", "data"))
+        coo = sp.coo_matrix((data, (rows, cols)), shape=(meta["cells"], meta["genes"]))
+        del rows, cols, data
+        csr, csc = coo.tocsr(), coo.tocsc()
+        del coo
+        if selection is not None:
+            return lambda: csc[:, selection]
+        if idiom == "points":
+            return lambda: np.asarray(csr[picks["points"]]).ravel()
+        if idiom == "sum-gene-chunked":
+            return lambda: np.asarray(csr.sum(axis=1)).ravel()
+        if idiom in ("sum-cell-chunked", "sum-cell-lazy"):
+            return lambda: np.asarray(csc.sum(axis=0)).ravel()
+        if idiom == "mean-cell":
+            return lambda: np.asarray(csc.mean(axis=0)).ravel()
+        size = int(groups.max()) + 1
+        indicator = sp.csr_matrix(
+            (np.ones(groups.size, dtype=np.float32), (groups, np.arange(groups.size))),
+            shape=(size, groups.size),
+        )
+        return lambda: indicator @ csr
+    raise ValueError(route)
+
+
+def _child(idiom: str, route: str, cache: Path) -> None:
+    """One idiom by one route, twice, in this process; prints seconds and peak RSS as JSON."""
+    import dask
+
+    warnings.simplefilter("ignore")
+    dask.config.set(scheduler="threads")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    call = _route(idiom, route, cache)
+    seconds = []
+    for _ in range(2):
+        started = time.perf_counter()
+        result = call()
+        seconds.append(time.perf_counter() - started)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    kind = type(result).__name__
+    print(json.dumps({"seconds": seconds, "peak": peak, "before": before, "type": kind}))
+
+
+def _ensure(cache: Path, size: str, work: Path) -> None:
+    """The input and the stores this needs, made by run.py's own code if missing."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import run
+
+    run._make_input(cache, **run.SIZES[size])
+    for name in ("ours-threaded", "anndata"):
+        if not (cache / f"{name}.zarr").exists():
+            run._run_child(["--child", "write", name, str(cache)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-bench")
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--idioms", nargs="+", default=list(IDIOMS), choices=list(IDIOMS))
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        idiom, route, cache = args.child
+        _child(idiom, route, Path(cache))
+        return
+    cache = args.work / args.size
+    _ensure(cache, args.size, args.work)
+    meta = json.loads((cache / "meta.json").read_text())
+    rows = []
+    for idiom in args.idioms:
+        label, routes = IDIOMS[idiom]
+        for route in routes:
+            done = subprocess.run(
+                [sys.executable, __file__, "--child", idiom, route, str(cache)],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                error = (done.stderr.strip().splitlines() or ["failed"])[-1]
+                print(label, route, "FAILED", error, flush=True)
+                rows.append((label, route, {"error": error[:80]}))
+                continue
+            measured = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append((label, route, measured))
+            print(label, route, measured, flush=True)
+    _report(args, meta, rows)
+
+
+def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> None:
+    lines = [
+        BEGIN,
+        "## xarray idioms",
+        "",
+        f"Made by `.venv/bin/python benchmarks/idioms.py --size {args.size}` on "
+        f"{date.today().isoformat()}: the {meta['nnz']:,}-value store of {meta['cells']:,} cells "
+        f"x {meta['genes']:,} genes (float32) that `benchmarks/run.py` writes. Each idiom runs by "
+        "each route twice in a fresh process of its own on the threaded scheduler: *first* is a "
+        "new process's first call (imports and opening excluded), *again* the same call once "
+        "warm; peak RSS is that process's own (scipy's includes the matrix it holds in memory, "
+        "as CSR and CSC). `lazy` is `xr.open_dataset(store, engine='sporadik')`, `chunks={}` the "
+        "same with `chunks={}` (then `.compute()`), `totals` is `da.sporadik.totals`, "
+        "`anndata-lazy` is `read_elem_lazy` of anndata's CSC group, `reference` is the "
+        "reference's `slices_at`.",
+        "",
+        "| idiom | route | first s | again s | peak RSS GiB | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, route, measured in rows:
+        if "error" in measured:
+            lines.append(f"| {label} | {route} | fails: {measured['error']} | | | |")
+            continue
+        first, again = measured["seconds"]
+        lines.append(
+            f"| {label} | {route} | {first:.3f} | {again:.3f} | "
+            f"{measured['peak'] / 2**30:.2f} | {measured['type']} |"
+        )
+    lines += ["", END]
+    section = "\n".join(lines)
+    replace_section(args.output, BEGIN, END, section)
+    print(section)
+
+
+if __name__ == "__main__":
+    main()
