@@ -19,14 +19,15 @@ def client() -> Iterator[Any]:
     from distributed import Client, LocalCluster
 
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield client
+    with pytest.MonkeyPatch.context() as patch:  # restored after the module's tests
+        patch.setenv("PYTHONPATH", os.pathsep.join(path for path in paths if path))
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            yield client
 
 
 @pytest.fixture(scope="module")

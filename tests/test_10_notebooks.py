@@ -20,11 +20,6 @@ def test_the_notebook_runs_and_is_kept_without_outputs(
     monkeypatch.setenv("QUICKSTART_CELLS", "4000")
     monkeypatch.setenv("NOTEBOOK_CELLS", "4000")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    NotebookClient(document, timeout=300, kernel_name="python3").execute()
-    errors = [
-        output
-        for cell in document.cells
-        for output in cell.get("outputs", [])
-        if output.get("output_type") == "error"
-    ]
-    assert not errors
+    NotebookClient(document, timeout=300, kernel_name="python3").execute()  # raises on an error
+    code = [cell for cell in document.cells if cell.cell_type == "code"]
+    assert code and all(cell.get("execution_count") for cell in code)  # every cell ran

@@ -77,7 +77,7 @@ def test_a_dataarray_keeps_its_labels() -> None:
     source = source_of(labelled(dense))
     assert source.labels is not None
     assert source.labels.dims == ("cell", "gene") and source.labels.name == "counts"
-    assert list(source.labels.coords["gene"]) == ["a", "b", "c", "d"]
+    assert list(source.labels.coords["gene"].values) == ["a", "b", "c", "d"]
 
 
 def test_a_dataframe_of_names_becomes_labelled_axes_and_counts() -> None:
@@ -88,7 +88,7 @@ def test_a_dataframe_of_names_becomes_labelled_axes_and_counts() -> None:
     source = source_of(dd.from_pandas(table, npartitions=2), columns=("cell", "gene"))
     assert source.shape == (2, 3) and source.dtype == tasks.COUNT_DTYPE
     assert source.labels is not None
-    assert list(source.labels.coords["cell"]) == ["a", "b"]
+    assert list(source.labels.coords["cell"].values) == ["a", "b"]
     np.testing.assert_array_equal(assembled(source), [[0, 1, 0], [2, 0, 1]])
 
 

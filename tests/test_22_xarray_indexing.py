@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import sporadik_dask as sd
 from tests.helpers import random_dense
 
-SHAPES = {2: (23, 17), 3: (11, 9, 7)}
-DIMS = ("cell", "gene", "spot")
+SHAPES = {2: (23, 17), 3: (11, 9, 7), 4: (6, 5, 4, 7)}
+DIMS = ("cell", "gene", "spot", "scan")
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))

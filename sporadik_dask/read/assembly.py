@@ -87,6 +87,12 @@ def _slots(
     return take, slots_of[np.repeat(starts[clipped], copies) + _within(copies)]
 
 
+def _descending(selection: Selection, axis: int) -> bool:
+    """Whether the positions selected along ``axis`` strictly decrease (a reversed range)."""
+    positions = selection.positions[axis]
+    return positions.size > 1 and bool(np.all(positions[1:] < positions[:-1]))
+
+
 def _sorted_prefix(selection: Selection, layout: LayoutGeometry) -> list[int]:
     """The output axes the assembled values are sorted by, lexicographically, in this order.
 
@@ -96,6 +102,10 @@ def _sorted_prefix(selection: Selection, layout: LayoutGeometry) -> list[int]:
     side); an unsorted one keeps neither.
     """
     prefix = [layout.indexed_axis]
+    if len(layout.index_order) == 1 and layout.indexed_axis == 0:
+        (other,) = layout.index_order
+        if _descending(selection, other):  # each run reversed by assemble
+            return [0, other]
     for axis in layout.index_order:
         if selection.ordered(axis):
             prefix.append(axis)
@@ -189,6 +199,11 @@ def assemble(
     kept_axes = [a for a in range(rank) if a not in selection.dropped]
     if not kept_axes:  # one cell
         return np.zeros((0, values.size), dtype=np.int64), values
+    if rank == 2 and axis == 0 and selection.ordered(0) and _descending(selection, 1):
+        # each run holds its row's values by descending output column: reverse each run
+        starts = np.cumsum(per_run) - per_run
+        order = np.repeat(2 * starts + per_run - 1, per_run) - np.arange(values.size)
+        rows[1], values = rows[1][order], values[order]
     coords = np.stack([rows[a] for a in kept_axes])
     prefix = [kept_axes.index(a) for a in _sorted_prefix(selection, layout) if a in kept_axes]
     return c_order(coords, values, selection.result_shape, prefix)
