@@ -36,6 +36,7 @@ RNG_SEED = 7
 
 #: Each idiom: what it is, and its routes by name (a route is a function of the context).
 IDIOMS: dict[str, tuple[str, list[str]]] = {
+    "genes-sorted": ("1,000 genes, sorted", ["lazy", "scipy", "anndata-lazy"]),
     "genes-unsorted": ("1,000 genes in a user's order", ["lazy", "scipy", "anndata-lazy"]),
     "genes-repeated": ("1,000 genes, 300 of them twice", ["lazy", "scipy", "anndata-lazy"]),
     "genes-reversed": ("every gene, reversed", ["lazy", "scipy", "reference"]),
@@ -55,6 +56,7 @@ def _picks(cells: int, genes: int) -> dict[str, Any]:
     rng = np.random.default_rng(RNG_SEED)
     unsorted = rng.choice(genes, 1_000, replace=False)
     return {
+        "sorted-1000": np.sort(unsorted),
         "unsorted": unsorted,
         "repeated": np.concatenate([unsorted, unsorted[:300]]),
         "reversed": np.arange(genes)[::-1],
@@ -85,6 +87,7 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
     picks = _picks(meta["cells"], meta["genes"])
     store = str(cache / "ours-threaded.zarr")
     selection = {
+        "genes-sorted": picks["sorted-1000"],
         "genes-unsorted": picks["unsorted"],
         "genes-repeated": picks["repeated"],
         "genes-reversed": picks["reversed"],

@@ -63,10 +63,10 @@ def _accumulator(dtype: np.dtype[Any]) -> np.dtype[Any]:
 def _add_into(size: int, where: npt.NDArray[np.int64], values: npt.NDArray[Any]) -> Any:
     """Sums of ``values`` by ``where`` into ``size`` cells, exact for integers."""
     accumulator = _accumulator(values.dtype)
-    if accumulator.kind == "f":
-        return np.bincount(where, weights=values, minlength=size)
-    if accumulator.kind == "c":
-        real = np.bincount(where, weights=values.real, minlength=size)
+    if accumulator.kind in "fc":  # bincount of nothing gives int64, whatever the weights
+        real = np.bincount(where, weights=values.real, minlength=size).astype(np.float64)
+        if accumulator.kind == "f":
+            return real
         return real + 1j * np.bincount(where, weights=values.imag, minlength=size)
     out = np.zeros(size, dtype=accumulator)
     np.add.at(out, where, values.astype(accumulator, copy=False))
@@ -108,6 +108,14 @@ def fields_of(
         ufunc.at(extreme, where, values.astype(extreme.dtype, copy=False))
         fields[op] = extreme
     return fields
+
+
+def merge_into(into: Fields, part: Fields) -> Fields:
+    """``part``'s fields added (or max'd, min'd) into ``into``'s, in place."""
+    for name, array in part.items():
+        ufunc = {"max": np.maximum, "min": np.minimum}.get(name, np.add)
+        ufunc(into[name], array, out=into[name])
+    return into
 
 
 def merge(op: Op, parts: Sequence[Fields]) -> Fields:
@@ -220,21 +228,34 @@ class Target:
         return reduced * np.broadcast_to(members, self.out_shape).ravel()
 
     def locate(
-        self, coords: Sequence[npt.NDArray[Any]], values: npt.NDArray[Any]
+        self,
+        coords: Sequence[npt.NDArray[Any]],
+        values: npt.NDArray[Any],
+        *,
+        grouped: bool = False,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-        """Each value's output cell, and the values that land in one."""
+        """Each value's output cell, and the values that land in one.
+
+        ``grouped`` says the grouped axis's coordinates are group codes already (mapped once per
+        run rather than once per value).
+        """
         if not self.kept:
             return np.zeros(values.size, dtype=np.int64), values
         columns = [np.asarray(coords[a]) for a in self.kept]
         if self.grouping is not None:
             at = self.kept.index(self.grouping.axis)
-            columns[at] = self.grouping.codes[columns[at]]
+            if not grouped:
+                columns[at] = self.grouping.codes[columns[at]]
             member = columns[at] >= 0
             if not member.all():
                 columns = [column[member] for column in columns]
                 values = values[member]
-        where = np.ravel_multi_index(tuple(columns), self.out_shape)
-        return where.astype(np.int64, copy=False), values
+        # raveled by hand: every coordinate is in range, so ravel_multi_index's checks are waste
+        where = columns[0].astype(np.int64, copy=True)
+        for column, size in zip(columns[1:], self.out_shape[1:], strict=True):
+            where *= size
+            where += column
+        return where, values
 
 
 #: Reductions that may give a sparse result (an output cell holding no value is 0 for them).
@@ -372,8 +393,9 @@ def reduce_store(
     """``op`` into ``target`` over a whole store, one pass over a layout in bounded batches.
 
     The layout is one whose indexed axis is kept (its runs then land in consecutive output
-    cells), else any; only runs are read, never sorted into C order. The result is numpy, or a
-    ``sparse.COO`` when not ``dense`` (sums and means only).
+    cells), else any; only runs are read, never sorted into C order, and their values alone
+    when that axis is the only one kept. The result is numpy, or a ``sparse.COO`` when not
+    ``dense`` (sums and means only).
     """
     shape = reader.shape
     layouts = reader.description.layouts
@@ -388,20 +410,28 @@ def reduce_store(
     bounds = np.unique(np.concatenate(([0], cuts, [layout.positions])))
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
     parts = [_gather(op, target, *nothing, skipna, dense)]
+    runs_only = target.kept == (axis,)  # each value's output cell is its run's: no index read
+    grouped_here = target.grouping is not None and target.grouping.axis == axis
     for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        indices, values = reader.runs(layout, lo[first:last], hi[first:last])
         coords: list[Any] = [None] * len(shape)
-        coords[axis] = np.repeat(
-            np.arange(first, last, dtype=np.int64), hi[first:last] - lo[first:last]
-        )
-        for other, column in zip(
-            layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
-        ):
-            coords[other] = column
-        where, values = target.locate(coords, values)
-        parts.append(_gather(op, target, where, values, skipna, dense))
-        if dense:  # dense fields add up as they come; sparse ones are merged once, at the end
-            parts = [_combine(op, parts)]
+        positions = np.arange(first, last, dtype=np.int64)
+        if grouped_here:  # each run's group, once per run
+            positions = target.grouping.codes[positions]  # type: ignore[union-attr]
+        coords[axis] = np.repeat(positions, hi[first:last] - lo[first:last])
+        if runs_only:
+            values = reader.run_values(layout, lo[first:last], hi[first:last])
+        else:
+            indices, values = reader.runs(layout, lo[first:last], hi[first:last])
+            for other, column in zip(
+                layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
+            ):
+                coords[other] = column
+        where, values = target.locate(coords, values, grouped=grouped_here)
+        part = _gather(op, target, where, values, skipna, dense)
+        if dense:  # dense fields add up as they come, in place; sparse ones merge at the end
+            merge_into(parts[0], part)  # type: ignore[arg-type]
+        else:
+            parts.append(part)
     return _result(op, _combine(op, parts), target, reader.dtype, skipna, ddof)
 
 

@@ -20,7 +20,7 @@ from sporadik_dask.read.routing import Brackets, run_chunks
 from sporadik_dask.read.selection import Positions, distinct
 from sporadik_dask.spec import check_indices
 
-__all__ = ["fetch_brackets", "fetch_runs"]
+__all__ = ["fetch_brackets", "fetch_runs", "fetch_values"]
 
 
 def _elements(
@@ -80,15 +80,33 @@ def fetch_runs(
     (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
     both arrays in one batch.
     """
+    if int((brackets[1] - brackets[0]).sum()) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
+    taken = _take_runs(layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets)
+    indices = taken[0].astype(np.int64, copy=False)
+    check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
+    return indices, taken[1]
+
+
+def fetch_values(
+    layout: LayoutDescription, data: zarr.Array[Any], brackets: Brackets
+) -> npt.NDArray[Any]:
+    """Wave two without the indices: the values of every run, for what needs no coordinate
+    but the run's own (a reduction keeping only the indexed axis): half the chunks."""
+    if int((brackets[1] - brackets[0]).sum()) == 0:
+        return np.zeros(0, dtype=layout.dtype)
+    (values,) = _take_runs(layout, {"data": data}, brackets)
+    return values
+
+
+def _take_runs(
+    layout: LayoutDescription, arrays: dict[str, zarr.Array[Any]], brackets: Brackets
+) -> list[npt.NDArray[Any]]:
+    """The elements of every run of each array, fetching each chunk they touch once."""
     lo, hi = brackets
     counts = hi - lo
     total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
-    fetches = [
-        (array, run_chunks(lo, hi, layout.chunks[name]))
-        for name, array in zip(("indices", "data"), arrays, strict=True)
-    ]
+    fetches = [(array, run_chunks(lo, hi, layout.chunks[name])) for name, array in arrays.items()]
     contiguous = bool(np.all(lo[1:] == hi[:-1]))
     within = (
         None
@@ -107,6 +125,4 @@ def fetch_runs(
         # each run is one contiguous stretch of ``table``: locate runs, not values.
         start = np.searchsorted(ids, lo // chunk) * chunk + lo % chunk
         taken.append(table[np.repeat(start, counts) + within])
-    indices = taken[0].astype(np.int64, copy=False)
-    check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
-    return indices, taken[1]
+    return taken
