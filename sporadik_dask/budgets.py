@@ -5,8 +5,9 @@ big". Read blocks are sized by what they hold in memory as ``sparse.COO`` (the v
 int64 coordinate per axis each), not by the cells they span: a single-cell matrix is 99 % zeros,
 and dask's own ``"auto"`` (dense bytes) would cut it into blocks of a few MB of values across
 both axes. Measurements: 2 cores, a 100,000 x 8,000 float32 store of 3.64 M values (72.8 MB as
-COO), ``xr.open_dataset(..., chunks={"cell": n})`` then ``.sum("cell")`` / ``.mean("gene")``,
-minimum of 3 on a shared machine.
+COO, ``synthetic.counts_matrix(cells=100_000, genes=8_000, density=0.00385, seed=1)``),
+``xr.open_dataset(..., chunks={"cell": n})`` then ``.sum("cell")`` / ``.mean("gene")`` (pushed
+down to per-block kernels).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "PARTITION_BYTES",
     "TOTALS_BATCH",
     "balanced_blocks",
+    "block_count",
     "block_values",
     "partition_values",
     "positions_per_block",
@@ -36,13 +38,17 @@ __all__ = [
 ]
 
 #: Blocks per core a read is cut into when the store is big enough, so every core has work and
-#: the last block does not leave the others idle. Sum/mean over 3.64 M values: 1 block 0.33 /
-#: 0.25 s, 2 blocks 0.31 / 0.26 s, 4 blocks 0.27 / 0.22 s, 8 blocks (4 a core) 0.23 / 0.17 s,
-#: 16 blocks 0.25 / 0.19 s.
+#: a slow block does not leave the others idle. Sum / mean over 3.64 M values, compute only,
+#: threads, 2 cores shared with other work (load 3-5), min of 5: 1 block 0.17-0.23 / 0.17-0.24 s;
+#: 2 blocks 0.16-0.18 / 0.17-0.19 s; 4 blocks 0.15-0.21 / 0.14-0.19 s; 8 blocks (4 a core)
+#: 0.19-0.21 / 0.13-0.31 s: more than one block gains up to 1.4x, and 2 to 16 blocks differ by
+#: less than the noise. Four a core keeps the gain on machines with idle cores and bounds the
+#: tail a skewed block leaves.
 BLOCKS_PER_CORE = 4
 
-#: The smallest read block, in sparse bytes, whatever the core count: below it, per-task
-#: overhead wins. 32 blocks of 2.3 MB: mean 0.36 s against 0.17 s for 8 blocks of 9.1 MB.
+#: The smallest read block, in sparse bytes, whatever the core count, so per-task overhead stays
+#: small. One thread, sum / mean over 3.64 M values: 1 block 0.20 / 0.19 s, 8 blocks of 9.1 MB
+#: 0.18 / 0.19 s, 32 of 2.3 MB 0.18 / 0.19 s, 128 of 0.57 MB 0.38 / 0.58 s (2-3 ms a block).
 MIN_BLOCK_BYTES = 4 * 2**20
 
 #: Bytes a write partition's sort may hold (positions, indices and values together). 128 MiB
@@ -88,19 +94,26 @@ def _cores() -> int:
     return max(int(CPU_COUNT), 1)
 
 
-def block_values(nnz: int, dtype: np.dtype[Any], rank: int, *, headroom: float = 1.0) -> int:
-    """Values per read block: enough blocks to keep every core busy, none too small or too big.
+def block_count(nnz: int, dtype: np.dtype[Any], rank: int, *, headroom: float = 1.0) -> int:
+    """How many read blocks ``nnz`` values make: enough to keep every core busy, none too small
+    or too big.
 
     1. Aim for :data:`BLOCKS_PER_CORE` blocks per core of ``dask.system.CPU_COUNT``.
-    2. Never below :data:`MIN_BLOCK_BYTES` of sparse bytes (a small store is one block).
-    3. Never above ``headroom`` of dask's ``array.chunk-size`` in sparse bytes, which wins
-       over step 2.
+    2. Fewer if blocks would hold under :data:`MIN_BLOCK_BYTES` of sparse bytes (a small store is
+       one block).
+    3. More if blocks would hold over ``headroom`` of dask's ``array.chunk-size`` in sparse
+       bytes; this wins over step 2.
     """
     per_value = sparse_bytes_per_value(dtype, rank)
     most = max(int(_chunk_size_bytes() * headroom) // per_value, 1)
     least = min(max(MIN_BLOCK_BYTES // per_value, 1), most)
-    spread = math.ceil(nnz / (BLOCKS_PER_CORE * _cores()))
-    return int(min(max(spread, least), most))
+    wanted = min(BLOCKS_PER_CORE * _cores(), nnz // least)
+    return max(wanted, math.ceil(nnz / most), 1)
+
+
+def block_values(nnz: int, dtype: np.dtype[Any], rank: int, *, headroom: float = 1.0) -> int:
+    """Values per read block: ``nnz`` shared evenly by :func:`block_count` blocks."""
+    return max(math.ceil(nnz / block_count(nnz, dtype, rank, headroom=headroom)), 1)
 
 
 def positions_per_block(layout: LayoutDescription) -> int:
@@ -120,16 +133,12 @@ def positions_per_block(layout: LayoutDescription) -> int:
 def balanced_blocks(layout: LayoutDescription, indptr: npt.NDArray[np.int64]) -> tuple[int, ...]:
     """Block sizes along ``layout``'s indexed axis, cut where ``indptr`` says the values fall.
 
-    The target is a whole number of zarr chunks of ``data``, so block edges fall within one run
-    of a chunk edge and few chunks are read by two tasks; a single position holding more than
-    the target is one block of its own.
+    Each block holds :func:`block_values` values give or take a position; a single position
+    holding more is a block of its own.
     """
     from sporadik_dask.plan import partition_bounds
 
-    chunk = layout.chunks["data"]
-    values = block_values(layout.nnz, layout.dtype, len(layout.shape))
-    target = max(values // chunk, 1) * chunk
-    bounds = partition_bounds(indptr, target)
+    bounds = partition_bounds(indptr, block_values(layout.nnz, layout.dtype, len(layout.shape)))
     return tuple(np.diff(bounds).tolist()) or (0,)
 
 
