@@ -51,7 +51,8 @@ def result_dtype(op: Op, dtype: np.dtype[Any]) -> np.dtype[Any]:
     if op == "count":
         return np.dtype(np.int64)
     reduce: Any = getattr(np, op)
-    return np.dtype(reduce(np.ones(1, dtype=dtype)).dtype)
+    result: np.dtype[Any] = np.dtype(reduce(np.ones(1, dtype=dtype)).dtype)
+    return result
 
 
 def _accumulator(dtype: np.dtype[Any]) -> np.dtype[Any]:
