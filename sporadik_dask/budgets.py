@@ -42,8 +42,10 @@ __all__ = [
 #: threads, 2 cores shared with other work (load 3-5), min of 5: 1 block 0.17-0.23 / 0.17-0.24 s;
 #: 2 blocks 0.16-0.18 / 0.17-0.19 s; 4 blocks 0.15-0.21 / 0.14-0.19 s; 8 blocks (4 a core)
 #: 0.19-0.21 / 0.13-0.31 s: more than one block gains up to 1.4x, and 2 to 16 blocks differ by
-#: less than the noise. Four a core keeps the gain on machines with idle cores and bounds the
-#: tail a skewed block leaves.
+#: less than the noise. Open + compute at load 5 (others' work) on 2 cores, chunks={}: 1 block
+#: 0.18-0.23 s, 8 blocks 0.24-0.28 s (no idle core to gain from); chunks="auto": dask's 5 x 5
+#: dense-sized blocks 0.59-0.75 s, 8 blocks 0.24-0.28 s. Four a core keeps the gain on machines
+#: with idle cores and bounds the tail a skewed block leaves.
 BLOCKS_PER_CORE = 4
 
 #: The smallest read block, in sparse bytes, whatever the core count, so per-task overhead stays
