@@ -25,10 +25,9 @@ import numpy.typing as npt
 import zarr
 from zarr.codecs import BytesCodec, ZstdCodec
 from zarr.codecs.bytes import Endian
-from zarr.core.buffer import default_buffer_prototype
 
 from sporadik_dask.errors import FetchError, LayoutError
-from sporadik_dask.storage import run
+from sporadik_dask.zarr_adapter import async_array, buffer_prototype, chunk_key, run, zstd_codec
 
 __all__ = ["read_chunks", "write_chunks"]
 
@@ -43,7 +42,7 @@ def _compressors(array: zarr.Array[Any]) -> list[Any] | None:
         return None
     if not all(isinstance(codec, ZstdCodec) for codec in codecs):
         return None
-    return [codec._zstd_codec for codec in codecs]
+    return [zstd_codec(codec) for codec in codecs]
 
 
 def _encoder(array: zarr.Array[Any]) -> Encoder | None:
@@ -77,7 +76,7 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
     if encode is None or start % chunk or (stop % chunk and stop != array.shape[0]):
         array[start:stop] = values
         return
-    prototype = default_buffer_prototype()
+    prototype = buffer_prototype()
     writes = []
     for first in range(start, stop, chunk):
         piece = values[first - start : first - start + chunk]
@@ -85,7 +84,7 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
             continue
         if piece.shape[0] < chunk:
             piece = np.concatenate([piece, np.zeros(chunk - piece.shape[0], dtype=piece.dtype)])
-        key = array.metadata.encode_chunk_key((first // chunk,))
+        key = chunk_key(array, first // chunk)
         writes.append((array.store_path / key).set(prototype.buffer.from_bytes(encode(piece))))
     if writes:
         run(_gather(writes))
@@ -142,17 +141,14 @@ def read_chunks(
             chunk = int(array.chunks[0])
             fetches += [
                 _fetched(
-                    array._async_array.getitem(slice(int(i) * chunk, (int(i) + 1) * chunk)),
+                    async_array(array).getitem(slice(int(i) * chunk, (int(i) + 1) * chunk)),
                     f"chunk {int(i)} of {array.path}",
                 )
                 for i in ids
             ]
         else:
-            prototype = default_buffer_prototype()
-            fetches += [
-                _fetch(array.store_path / array.metadata.encode_chunk_key((int(i),)), prototype)
-                for i in ids
-            ]
+            prototype = buffer_prototype()
+            fetches += [_fetch(array.store_path / chunk_key(array, int(i)), prototype) for i in ids]
     try:
         fetched = run(_gather(fetches)) if fetches else []
     except (RuntimeError, ValueError) as broken:  # zarr's own decoding, for other codecs
@@ -200,8 +196,7 @@ def _local_files(
         if type(store) is not LocalStore or compressors is None:  # a subclass may hook reads
             return None
         base = Path(store.root) / array.store_path.path
-        encode = array.metadata.encode_chunk_key
-        jobs += [(array, base / encode((int(i),)), compressors) for i in ids]
+        jobs += [(array, base / chunk_key(array, int(i)), compressors) for i in ids]
     decoded = _map(lambda job: _decoded(job[0], _read_file(job[1]), job[2]), jobs)
     return _per_request(decoded, requests)
 

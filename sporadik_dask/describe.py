@@ -1,5 +1,9 @@
 """What a store says about itself, read from metadata documents only, never from a chunk.
 
+This is the one place a store is opened for reading: :func:`open_store` opens the root group,
+describes it and keeps every array it opened on the way, so a reader built from the result
+fetches no metadata document twice (on an object store each is a round trip).
+
 Everything a reader needs besides the block is derived from the artifact (nnz, dtypes, chunking,
 whether a layout is byte addressable), so it cannot be declared wrong. The checks that need no data
 run here, so a store that opens is one whose arrays agree with their declarations; the checks that
@@ -11,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import zarr
 from zarr.codecs.bytes import BytesCodec, Endian
-from zarr.core.array import AsyncArray
-from zarr.core.group import AsyncGroup
 
 from sporadik_dask.errors import IncompleteError, LayoutError
 from sporadik_dask.spec import (
@@ -31,9 +35,18 @@ from sporadik_dask.spec import (
     layout_path,
     parse_block,
 )
-from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+from sporadik_dask.storage import StoreLike, location_of, open_group_async
+from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, run
 
-__all__ = ["LayoutDescription", "StoreDescription", "describe", "describe_async"]
+__all__ = [
+    "LayoutDescription",
+    "OpenedStore",
+    "StoreDescription",
+    "describe",
+    "describe_async",
+    "open_store",
+    "open_store_async",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +170,9 @@ async def _describe_layout(
     entry: LayoutEntry,
     shape: tuple[int, ...],
     where: str,
-    opened: dict[str, AsyncArray[Any]] | None = None,
-) -> LayoutDescription:
-    """One layout, refusing anything that contradicts itself or the block (metadata only).
-
-    The arrays it opened go into ``opened`` by path, for a reader to use without fetching their
-    documents again."""
+) -> tuple[LayoutDescription, dict[str, AsyncArray[Any]]]:
+    """One layout, refusing anything that contradicts itself or the block (metadata only), and
+    the arrays it opened by path (``maxima`` only when the layout carries it)."""
     child = await _child(root, entry.path)
     if not isinstance(child, AsyncGroup):
         raise IncompleteError(
@@ -264,35 +274,106 @@ async def _describe_layout(
         byte_addressable=all(_is_byte_addressable(arrays[name]) for name in ARRAY_NAMES),
         has_maxima=has_maxima,
     )
-    if opened is not None:
-        for name, array in arrays.items():
-            if name in ARRAY_NAMES or has_maxima:
-                opened[f"{entry.path}/{name}"] = array
-    return description
+    opened = {
+        f"{entry.path}/{name}": array
+        for name, array in arrays.items()
+        if name in ARRAY_NAMES or has_maxima
+    }
+    return description, opened
 
 
-async def describe_group_async(
-    root: AsyncGroup, where: str, opened: dict[str, AsyncArray[Any]] | None = None
-) -> StoreDescription:
-    """The description of an already-open root group; the arrays it opens go into ``opened``."""
+@dataclass(frozen=True, slots=True)
+class OpenedStore:
+    """A store opened for reading: its root group, its description and the arrays it names.
+
+    Built by :func:`open_store` (which checks everything :func:`describe` checks) or, for a
+    description known already, by :func:`reopen_store_async`; never by hand.
+    """
+
+    #: The store as given (a path as a string), to open it again in another process.
+    store: StoreLike = field(compare=False)
+    #: Options for opening a URL (fsspec's).
+    storage_options: dict[str, Any] | None = field(compare=False)
+    #: The root group, open.
+    root: AsyncGroup = field(compare=False, repr=False)
+    description: StoreDescription
+    #: Every layout's arrays, by path inside the store (``layouts/axis0/indptr``), open.
+    arrays: Mapping[str, AsyncArray[Any]] = field(compare=False, repr=False)
+
+    @property
+    def group(self) -> zarr.Group:
+        """The root group, synchronous."""
+        return zarr.Group(self.root)
+
+    def layout_arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
+        """One layout's ``data``, ``indices``, ``indptr`` (and ``maxima``), synchronous."""
+        return {
+            name: zarr.Array(self.arrays[f"{layout.path}/{name}"])
+            for name in (*ARRAY_NAMES, MAXIMA)
+            if f"{layout.path}/{name}" in self.arrays
+        }
+
+
+def _normalized(store: StoreLike) -> StoreLike:
+    return os.fspath(store) if isinstance(store, os.PathLike) else store
+
+
+async def open_store_async(
+    store: StoreLike, *, storage_options: dict[str, Any] | None = None
+) -> OpenedStore:
+    """Asynchronous :func:`open_store`."""
+    store = _normalized(store)
+    where = location_of(store)
+    root = await open_group_async(store, mode="r", storage_options=storage_options)
     block = parse_block(root.attrs, where)
     described = await asyncio.gather(
-        *(_describe_layout(root, entry, block.shape, where, opened) for entry in block.layouts)
+        *(_describe_layout(root, entry, block.shape, where) for entry in block.layouts)
     )
-    return StoreDescription(
+    description = StoreDescription(
         location=where,
         spec=block.spec,
         shape=block.shape,
-        layouts={layout.indexed_axis: layout for layout in described},
+        layouts={layout.indexed_axis: layout for layout, _ in described},
     )
+    arrays = {path: array for _, opened in described for path, array in opened.items()}
+    return OpenedStore(store, storage_options, root, description, arrays)
+
+
+def open_store(store: StoreLike, *, storage_options: dict[str, Any] | None = None) -> OpenedStore:
+    """Open the sparse store at ``store`` for reading: root, description and arrays, together.
+
+    Reads metadata documents only, each once, in two batches (the root, then every layout's
+    group and arrays), and makes every check :func:`describe` makes.
+    """
+    return run(open_store_async(store, storage_options=storage_options))
+
+
+async def reopen_store_async(
+    store: StoreLike, storage_options: dict[str, Any] | None, description: StoreDescription
+) -> OpenedStore:
+    """The arrays of a store described already (in another process, say), opened again.
+
+    The description is trusted, not made again: this is how a reader that travelled as a
+    location gets its arrays back.
+    """
+    store = _normalized(store)
+    root = await open_group_async(store, mode="r", storage_options=storage_options)
+    paths = [
+        f"{layout.path}/{name}"
+        for layout in description.layouts.values()
+        for name in (*ARRAY_NAMES, MAXIMA)
+        if name != MAXIMA or layout.has_maxima
+    ]
+    found = await asyncio.gather(*(root.getitem(path) for path in paths))
+    arrays = {path: array for path, array in zip(paths, found, strict=True)}
+    return OpenedStore(store, storage_options, root, description, arrays)  # type: ignore[arg-type]
 
 
 async def describe_async(
     store: StoreLike, *, storage_options: dict[str, Any] | None = None
 ) -> StoreDescription:
     """Asynchronous :func:`describe`."""
-    root = await open_group_async(store, mode="r", storage_options=storage_options)
-    return await describe_group_async(root, location_of(store))
+    return (await open_store_async(store, storage_options=storage_options)).description
 
 
 def describe(

@@ -52,7 +52,8 @@ def sort_by_key(
     if keys.size < 2 or bool(np.all(keys[1:] >= keys[:-1])):
         return rows, data
     try:
-        return _scatter(keys, counts, rows, data)
+        scattered: tuple[npt.NDArray[Any], npt.NDArray[Any]] = _scatter(keys, counts, rows, data)
+        return scattered
     except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks: float16
         order = np.argsort(keys, kind="stable")
         return rows[:, order], data[order]

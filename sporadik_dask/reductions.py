@@ -25,6 +25,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.budgets import BATCH_VALUES
+
 __all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
 
 Op = Literal["sum", "mean", "max", "min", "count", "var", "std"]
@@ -49,7 +51,8 @@ def result_dtype(op: Op, dtype: np.dtype[Any]) -> np.dtype[Any]:
     if op == "count":
         return np.dtype(np.int64)
     reduce: Any = getattr(np, op)
-    return np.dtype(reduce(np.ones(1, dtype=dtype)).dtype)
+    result: np.dtype[Any] = np.dtype(reduce(np.ones(1, dtype=dtype)).dtype)
+    return result
 
 
 def _accumulator(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -381,10 +384,6 @@ def supported(op: str, dtype: np.dtype[Any]) -> bool:
     if op not in OPS or dtype.kind not in "biufc":
         return False
     return not (op in ("max", "min") and (dtype.kind == "c" or dtype == np.uint64))
-
-
-#: Values :func:`reduce_store` reads per batch of runs: a few tens of MB with their coordinates.
-BATCH_VALUES = 2**21
 
 
 def reduce_store(

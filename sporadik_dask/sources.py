@@ -41,8 +41,8 @@ class Source:
     labels: Labels | None = None
 
 
-def _check_dtype(dtype: Any) -> np.dtype[Any]:
-    dtype = np.dtype(dtype)
+def _check_dtype(given: Any) -> np.dtype[Any]:
+    dtype: np.dtype[Any] = np.dtype(given)
     if dtype.kind not in "biufc":
         raise LayoutError(
             f"Values of dtype {dtype} cannot be stored: the format holds numbers or booleans, and "

@@ -1,34 +1,26 @@
 """Opening the root group of a store: a local path, a URL with ``storage_options``, a store object.
 
-One async core, driven from synchronous code by zarr's own I/O loop, so every entry point also
-works from inside a running event loop (a notebook cell).
+One async core, driven from synchronous code by zarr's own I/O loop (:func:`run`, from
+:mod:`sporadik_dask.zarr_adapter`), so every entry point also works from inside a running event
+loop (a notebook cell).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import zarr
 import zarr.api.asynchronous as zarr_async
-from zarr.core.group import AsyncGroup
-from zarr.core.sync import sync
 from zarr.errors import GroupNotFoundError
 from zarr.storage import StoreLike
 
 from sporadik_dask.errors import SporadikError, StoreNotFoundError
+from sporadik_dask.zarr_adapter import AsyncGroup, run
 
 __all__ = ["StoreLike", "location_of", "open_group", "open_group_async", "run"]
 
-_T = TypeVar("_T")
-
 Mode = Literal["r", "r+", "a", "w", "w-"]
-
-
-def run(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` on zarr's I/O loop and wait; safe inside a running event loop."""
-    return sync(coro)
 
 
 def location_of(store: StoreLike) -> str:

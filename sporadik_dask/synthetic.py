@@ -27,7 +27,8 @@ def gene_weights(genes: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     ranks = rng.permutation(genes) + 1
     weights = 1.0 / ranks**0.9
-    return weights / weights.max()
+    scaled: np.ndarray = weights / weights.max()
+    return scaled
 
 
 #: Resolution of the table that maps a uniform draw to a gene (inverse-CDF sampling by lookup).
@@ -74,7 +75,8 @@ def counts_matrix(
         )
         for i, start in enumerate(starts)
     ]
-    return da.concatenate(blocks, axis=0)
+    matrix: da.Array = da.concatenate(blocks, axis=0)
+    return matrix
 
 
 def _delayed_block(index: int, rows: int, genes: int, density: float, seed: int) -> Any:

@@ -21,6 +21,7 @@ from sporadik_dask.errors import StoreExistsError
 from sporadik_dask.labels import LABELS_KEY
 from sporadik_dask.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.storage import StoreLike, location_of, run
+from sporadik_dask.zarr_adapter import resolve_store_path
 
 __all__ = ["Target", "check_target", "same_or_inside"]
 
@@ -45,11 +46,9 @@ class Target:
 
 
 async def _store_path(store: StoreLike, storage_options: dict[str, Any] | None) -> StorePath:
-    from zarr.storage._common import make_store_path  # zarr's own StoreLike resolution
-
     if isinstance(store, os.PathLike):
         store = os.fspath(store)
-    return await make_store_path(store, mode="r", storage_options=storage_options)
+    return await resolve_store_path(store, storage_options=storage_options)
 
 
 def _is_sporadik(document: dict[str, Any] | None, entries: set[str]) -> bool:

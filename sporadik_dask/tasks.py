@@ -128,10 +128,9 @@ class ArrayRef:
 
 
 def _digest(array: zarr.Array[Any]) -> str:
-    from zarr.core.buffer import default_buffer_prototype
+    from sporadik_dask.zarr_adapter import metadata_document
 
-    document = array.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"]
-    return hashlib.sha1(document.to_bytes()).hexdigest()
+    return hashlib.sha1(metadata_document(array)).hexdigest()
 
 
 @functools.lru_cache(maxsize=OPEN_ARRAYS)

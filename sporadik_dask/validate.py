@@ -13,36 +13,40 @@ other is refused, since every reader would return wrong values from it without a
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import zarr
 
+from sporadik_dask.budgets import CHUNKS_AT_ONCE
 from sporadik_dask.chunks import read_chunks
-from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
+from sporadik_dask.describe import LayoutDescription, StoreDescription, open_store
 from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, SporadikError
 from sporadik_dask.spec import MAXIMA, check_indices, check_indptr
-from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+from sporadik_dask.storage import StoreLike, run
+from sporadik_dask.zarr_adapter import chunk_key
 
 __all__ = ["Absent", "validate", "validate_layout"]
 
 #: What :func:`validate` does about an absent chunk the layout does not prove to be zeros.
 Absent = Literal["error", "warn"]
 
-#: Zarr chunks decoded per batch while validating: memory stays at a few tens of MB.
-CHUNKS_AT_ONCE = 64
-
 
 def validate_layout(
-    group: zarr.Group, layout: LayoutDescription, where: str, absent: Absent = "error"
+    arrays: Mapping[str, zarr.Array[Any]],
+    layout: LayoutDescription,
+    where: str,
+    absent: Absent = "error",
 ) -> None:
-    """Decode every chunk of one described layout and run the data checks over it."""
+    """Decode every chunk of one described layout and run the data checks over it.
+
+    ``arrays`` are the layout's, by name, as
+    :meth:`~sporadik_dask.describe.OpenedStore.layout_arrays` gives them.
+    """
     label = f"Layout {layout.path!r} in {where}"
     layout.check_whole_read(where)
-    arrays: dict[str, Any] = {name: group[name] for name in ("indptr", "indices", "data")}
-    if layout.has_maxima:
-        arrays[MAXIMA] = group[MAXIMA]
     indptr = np.concatenate(_chunks(arrays["indptr"], layout.positions + 1, 0, None))
     check_indptr(indptr[: layout.positions + 1], layout.nnz, label)
     indptr = indptr[: layout.positions + 1].astype(np.int64, copy=False)
@@ -107,8 +111,7 @@ async def absent_chunks(array: Any) -> list[int]:
         return []
     prefix = f"{path}/" if path else ""
     present = {key[len(prefix) :] async for key in store.list_prefix(prefix)}
-    encode = array.metadata.encode_chunk_key
-    return [i for i in range(array.nchunks) if encode((i,)) not in present]
+    return [i for i in range(array.nchunks) if chunk_key(array, i) not in present]
 
 
 def _chunks(array: Any, length: int, start: int, stop: int | None) -> list[Any]:
@@ -130,12 +133,8 @@ def validate(
     """
     if absent not in ("error", "warn"):
         raise SporadikError(f"absent={absent!r}; choose 'error' or 'warn'.")
-    where = location_of(store)
-    root = run(open_group_async(store, mode="r", storage_options=storage_options))
-    description = run(describe_group_async(root, where))
-    group = zarr.Group(root)
+    opened = open_store(store, storage_options=storage_options)
+    description = opened.description
     for layout in description.layouts.values():
-        child = group[layout.path]
-        assert isinstance(child, zarr.Group)  # described already
-        validate_layout(child, layout, where, absent)
+        validate_layout(opened.layout_arrays(layout), layout, description.location, absent)
     return description

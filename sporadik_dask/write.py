@@ -11,12 +11,12 @@ from dataclasses import replace
 from typing import Any, Literal
 
 import dask
-import numpy as np
 import zarr
 from dask.base import DaskMethodsMixin
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
+from sporadik_dask.budgets import partition_values
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import LayoutError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
@@ -43,10 +43,6 @@ __all__ = [
 ]
 
 Duplicates = Literal["sum", "refuse"]
-
-#: Bytes a partition's sort may hold (positions, indices and values together). 128 MiB kept a
-#: sort task near 0.4 GB peak, so two threads and their inputs fit well under 1.5 GB.
-PARTITION_BYTES = 2**27
 
 
 class StoreWrite(DaskMethodsMixin):
@@ -145,11 +141,6 @@ def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     return tuple(sorted(chosen))
 
 
-def _partition_values(dtype: np.dtype[Any], partition_bytes: int | None) -> int:
-    budget = partition_bytes or int(dask.config.get("sporadik.partition-bytes", PARTITION_BYTES))
-    return max(budget // (16 + dtype.itemsize), 1)
-
-
 def plan_source(
     source: Source,
     axes: Sequence[int],
@@ -168,7 +159,7 @@ def plan_source(
             f"{repeats} values name a cell another value already names. With duplicates='refuse' "
             "nothing was written; pass duplicates='sum' to add them together, as scipy does."
         )
-    target = _partition_values(source.dtype, partition_bytes)
+    target = partition_values(source.dtype, partition_bytes)
     rank = len(source.shape)
     return {
         axis: plan_layout(

@@ -13,9 +13,9 @@ import numpy as np
 import scipy.sparse as sp
 import sporadik
 from zarr.abc.store import ByteRequest
-from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
-from zarr.core.sync import sync
 from zarr.storage import MemoryStore, WrapperStore
+
+from sporadik_dask.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 
 
 def random_dense(
@@ -129,7 +129,7 @@ def memory_copy(path: Path) -> MemoryStore:
     for file in sorted(path.rglob("*")):
         if file.is_file():
             key = file.relative_to(path).as_posix()
-            sync(memory.set(key, default_buffer_prototype().buffer.from_bytes(file.read_bytes())))
+            run(memory.set(key, buffer_prototype().buffer.from_bytes(file.read_bytes())))
     return memory
 
 

@@ -126,6 +126,49 @@ def test_describe_reads_only_metadata_documents(tmp_path: Path) -> None:
     assert len(store.reads) == 1 + 2 * 5
 
 
+def test_open_store_reads_each_metadata_document_once_and_keeps_every_array_it_opened(
+    tmp_path: Path,
+) -> None:
+    from sporadik_dask.describe import open_store
+
+    dense = random_dense(np.random.default_rng(1), (300, 200), 0.1)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=100)
+    store = RecordingStore(LocalStore(path, read_only=True))
+    opened = open_store(store)
+    assert opened.description == sd.describe(path)
+    assert len(store.reads) == len(set(store.reads)) == 1 + 2 * 5
+    assert sorted(opened.arrays) == sorted(
+        f"layouts/axis{axis}/{name}"
+        for axis in (0, 1)
+        for name in ("data", "indices", "indptr", "maxima")
+    )
+    with pytest.raises(AttributeError):
+        opened.description = None  # type: ignore[misc]
+
+
+def test_a_reader_built_from_an_opened_store_fetches_no_metadata_document_again(
+    tmp_path: Path,
+) -> None:
+    from sporadik_dask.describe import open_store
+
+    dense = random_dense(np.random.default_rng(1), (300, 200), 0.1)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=100)
+    store = RecordingStore(LocalStore(path, read_only=True))
+    reader = sd.StoreReader.from_opened(open_store(store), axis=1)
+    store.reads.clear()
+    np.testing.assert_array_equal(reader[:, 3:9].todense(), dense[:, 3:9])
+    assert store.reads and not [key for key in store.reads if key.endswith("zarr.json")]
+
+
+def test_validate_reads_each_metadata_document_once(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(1), (300, 200), 0.1)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=100)
+    store = RecordingStore(LocalStore(path, read_only=True))
+    sd.validate(store)
+    documents = [key for key in store.reads if key.endswith("zarr.json")]
+    assert len(documents) == len(set(documents)) == 1 + 2 * 5
+
+
 def test_describe_works_inside_a_running_event_loop(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(2), (30, 20), 0.2)
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,)})

@@ -16,13 +16,14 @@ import xarray as xr
 
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
+from sporadik_dask.backend.blocks import keep_auto_chunks_sparse, preferred_chunks
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
 from sporadik_dask.backend.dask_selection import install_dask_selection
 from sporadik_dask.backend.pushdown import install_reductions
-from sporadik_dask.describe import describe_group_async
+from sporadik_dask.describe import open_store
 from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
-from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+from sporadik_dask.storage import StoreLike
 
 __all__ = ["open_store_dataset"]
 
@@ -41,18 +42,16 @@ def open_store_dataset(
     is. It also lets ``sel(cell_type="B")`` select a group's cells.
     """
     keep_dask_chunks_sparse()
+    keep_auto_chunks_sparse()
     install_reductions()
     install_dask_selection()
-    opened = run(open_group_async(store, mode="r", storage_options=storage_options))
-    arrays: dict[str, Any] = {}
-    description = run(describe_group_async(opened, location_of(store), arrays))
-    reader = StoreReader(store, storage_options=storage_options, description=description)
-    reader.adopt(arrays)
-    labels = read_labels(opened, len(reader.shape), reader.location)
+    opened = open_store(store, storage_options=storage_options)
+    reader = StoreReader.from_opened(opened)
+    labels = read_labels(opened.root, len(reader.shape), reader.location)
     name = labels.name or _default_name(store)
     data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
-    variable.encoding["preferred_chunks"] = _preferred_chunks(reader, labels.dims)
+    variable.encoding["preferred_chunks"] = preferred_chunks(reader.description, labels.dims)
     variable.encoding[READER_KEY] = reader
     dropped = set(drop_variables or ())
     variables = {} if name in dropped else {name: variable}
@@ -73,22 +72,3 @@ def _default_name(store: StoreLike) -> str:
         stem = Path(os.fspath(store).rstrip("/")).name
         return stem.removesuffix(".zarr") or "data"
     return "data"
-
-
-def _preferred_chunks(reader: StoreReader, dims: tuple[str, ...]) -> dict[str, int]:
-    """Blocks along the first layout's axis of ~``array.chunk-size`` of values, from the
-    description alone (the mean values per position), whole along the other axes."""
-    import dask
-    from dask.utils import parse_bytes
-
-    description = reader.description
-    axis = min(description.layouts)
-    layout = description.layouts[axis]
-    per_position = max(layout.nnz / max(layout.positions, 1), 1.0)
-    budget = parse_bytes(dask.config.get("array.chunk-size"))
-    values = budget / (layout.dtype.itemsize + 8 * len(reader.shape))
-    along = int(min(max(values // per_position, 1), max(layout.positions, 1)))
-    return {
-        dim: (along if a == axis else max(size, 1))
-        for a, (dim, size) in enumerate(zip(dims, reader.shape, strict=True))
-    }

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from sporadik_dask.describe import LayoutDescription
+from sporadik_dask.budgets import balanced_blocks
+from sporadik_dask.describe import LayoutDescription, open_store
 from sporadik_dask.errors import LayoutError
-from sporadik_dask.read.reader import Format, StoreReader, describe_store
+from sporadik_dask.read.reader import Format, StoreReader
 from sporadik_dask.storage import StoreLike, location_of
 
 __all__ = ["from_sporadik"]
@@ -33,9 +34,10 @@ def from_sporadik(
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunks
-        ``"auto"`` cuts the layout's indexed axis into blocks of about dask's
-        ``array.chunk-size`` worth of values (from ``indptr``), whole along the other axes;
-        anything else is taken as dask's ``chunks=`` and reads no chunk to build the array.
+        ``"auto"`` cuts the layout's indexed axis by its values (from ``indptr``) into blocks
+        of at most dask's ``array.chunk-size`` in sparse bytes, enough of them to keep every
+        core busy (:mod:`sporadik_dask.budgets`), whole along the other axes; anything else is
+        taken as dask's ``chunks=`` and reads no chunk to build the array.
     axis
         The layout to read from; default the lowest axis the store makes contiguous.
     format
@@ -47,8 +49,8 @@ def from_sporadik(
     import sparse
     from dask.base import tokenize
 
-    description, opened = describe_store(store, storage_options)
-    layouts = description.layouts
+    opened = open_store(store, storage_options=storage_options)
+    layouts = opened.description.layouts
     chosen = min(layouts) if axis is None else int(axis)
     if chosen not in layouts:
         raise LayoutError(
@@ -56,14 +58,7 @@ def from_sporadik(
             f"{sorted(layouts)}); reading along it would scan another. Pass one of those, or "
             f"write it with sporadik_dask.add_axis(store, {chosen})."
         )
-    reader = StoreReader(
-        store,
-        storage_options=storage_options,
-        description=description,
-        axis=chosen,
-        format=format,
-    )
-    reader.adopt(opened)
+    reader = StoreReader.from_opened(opened, axis=chosen, format=format)
     if isinstance(chunks, str) and chunks == "auto":
         chunks = _balanced_chunks(reader, layouts[chosen])
     meta = sparse.COO.from_numpy(np.zeros((0,) * reader.ndim, dtype=reader.dtype))
@@ -74,23 +69,10 @@ def from_sporadik(
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:
-    """Blocks along the indexed axis holding about ``array.chunk-size`` of values each.
-
-    The target is a whole number of zarr chunks of ``data``, so block edges fall within one run
-    of a chunk edge and few chunks are read by two tasks.
-    """
-    import dask
-    from dask.utils import parse_bytes
-
-    from sporadik_dask.plan import partition_bounds
-
-    budget = parse_bytes(dask.config.get("array.chunk-size"))
-    per_value = layout.dtype.itemsize + 8 * len(reader.shape)
-    chunk = layout.chunks["data"]
-    target = max(budget // per_value // chunk, 1) * chunk
+    """Blocks along the indexed axis sized by :func:`~sporadik_dask.budgets.balanced_blocks`
+    from the layout's real counts (all of ``indptr``), whole along the other axes."""
     indptr = np.concatenate(([0], np.cumsum(reader.counts(layout.indexed_axis))))
-    bounds = partition_bounds(indptr, target)
-    along = tuple(np.diff(bounds).tolist()) or (0,)
+    along = balanced_blocks(layout, indptr)
     return tuple(
         along if a == layout.indexed_axis else (size,) for a, size in enumerate(reader.shape)
     )

@@ -34,7 +34,8 @@ def _elements(
     Element ``e`` sits at (the rank of chunk ``e // chunk`` among ``ids``) * chunk + e % chunk.
     """
     table = np.concatenate(decoded) if decoded else np.zeros(0, dtype=np.int64)
-    return table[np.searchsorted(ids, where // chunk) * chunk + where % chunk]
+    found: npt.NDArray[Any] = table[np.searchsorted(ids, where // chunk) * chunk + where % chunk]
+    return found
 
 
 def fetch_brackets(

@@ -9,7 +9,6 @@ share (where the store is, its description, the arrays opened once) and pickles 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import warnings
 from typing import Any, Literal
@@ -19,33 +18,24 @@ import numpy.typing as npt
 import zarr
 
 import sporadik_dask.read.statistics as statistics
-from sporadik_dask.describe import LayoutDescription, StoreDescription, describe_group_async
+from sporadik_dask.describe import (
+    LayoutDescription,
+    OpenedStore,
+    StoreDescription,
+    open_store,
+    reopen_store_async,
+)
 from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
 from sporadik_dask.read.selection import Positions, Selection, distinct, normalize_points
-from sporadik_dask.spec import ARRAY_NAMES, MAXIMA
-from sporadik_dask.storage import StoreLike, location_of, open_group_async, run
+from sporadik_dask.spec import MAXIMA
+from sporadik_dask.storage import StoreLike, location_of, run
 
-__all__ = ["StoreReader", "describe_store"]
+__all__ = ["StoreReader"]
 
 Format = Literal["coo", "gcxs"]
-
-
-def describe_store(
-    store: StoreLike, storage_options: dict[str, Any] | None = None
-) -> tuple[StoreDescription, dict[str, Any]]:
-    """The store's description, and the arrays describing opened (async arrays by path), kept so
-    that no document is fetched twice (on an object store, each is a round trip)."""
-
-    async def describe() -> tuple[StoreDescription, dict[str, Any]]:
-        root = await open_group_async(store, mode="r", storage_options=storage_options)
-        opened: dict[str, Any] = {}
-        description = await describe_group_async(root, location_of(store), opened)
-        return description, opened
-
-    return run(describe())
 
 
 class StoreReader:
@@ -73,10 +63,10 @@ class StoreReader:
             store = os.fspath(store)
         self._store = store
         self._storage_options = storage_options
-        self._opened: dict[str, zarr.Array[Any]] | None = None
+        self._opened: OpenedStore | None = None
         if description is None:
-            description, opened = describe_store(store, storage_options)
-            self.adopt(opened)
+            self._opened = open_store(store, storage_options=storage_options)
+            description = self._opened.description
         self._description = description
         if axis is not None and axis not in description.layouts:
             raise LayoutError(
@@ -86,6 +76,22 @@ class StoreReader:
             )
         self._axis = axis
         self._format: Format = format
+
+    @classmethod
+    def from_opened(
+        cls, opened: OpenedStore, *, axis: int | None = None, format: Format = "coo"
+    ) -> StoreReader:
+        """A reader over a store :func:`~sporadik_dask.describe.open_store` opened already: its
+        arrays are used as they are, so no metadata document is fetched again."""
+        reader = cls(
+            opened.store,
+            storage_options=opened.storage_options,
+            description=opened.description,
+            axis=axis,
+            format=format,
+        )
+        reader._opened = opened
+        return reader
 
     @property
     def store(self) -> StoreLike:
@@ -111,10 +117,6 @@ class StoreReader:
     def format(self) -> Format:
         """What ``[]`` returns: ``sparse.COO``, or ``sparse.GCXS`` compressed along ``axis``."""
         return self._format
-
-    def adopt(self, opened: dict[str, Any]) -> None:
-        """Use arrays a description already opened (async arrays by path), fetching nothing."""
-        self._opened = {path: zarr.Array(array) for path, array in opened.items()}
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -299,23 +301,10 @@ class StoreReader:
     def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
         """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
         if self._opened is None:
-            self._opened = run(self._open())
-        return {
-            name: self._opened[f"{layout.path}/{name}"]
-            for name in (*ARRAY_NAMES, MAXIMA)
-            if f"{layout.path}/{name}" in self._opened
-        }
-
-    async def _open(self) -> dict[str, zarr.Array[Any]]:
-        root = await open_group_async(self.store, mode="r", storage_options=self.storage_options)
-        paths = [
-            f"{layout.path}/{name}"
-            for layout in self.description.layouts.values()
-            for name in (*ARRAY_NAMES, MAXIMA)
-            if name != MAXIMA or layout.has_maxima
-        ]
-        opened = await asyncio.gather(*(root.getitem(path) for path in paths))
-        return {path: zarr.Array(array) for path, array in zip(paths, opened, strict=True)}  # type: ignore[arg-type]
+            self._opened = run(
+                reopen_store_async(self.store, self.storage_options, self.description)
+            )
+        return self._opened.layout_arrays(layout)
 
     def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         """Wave one: where each position's run starts and stops, for one or more layouts at once.

@@ -164,7 +164,7 @@ def _expand(key: Any, rank: int) -> tuple[Any, ...]:
         key = key[:at] + (slice(None),) * (rank - len(key) + 1) + key[at + 1 :]
     if len(key) > rank:
         raise IndexError(f"too many indices: {len(key)} for an array of rank {rank}")
-    return key + (slice(None),) * (rank - len(key))
+    return (*key, *(slice(None),) * (rank - len(key)))
 
 
 def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:

@@ -12,14 +12,12 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
+from sporadik_dask.budgets import TOTALS_BATCH
 from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.read.routing import Brackets
 
-__all__ = ["TOTALS_BATCH", "accumulator", "counts", "totals"]
-
-#: Chunks of ``data`` :func:`totals` decodes at a time (2 Mi values at 128 KB chunks).
-TOTALS_BATCH = 64
+__all__ = ["accumulator", "counts", "totals"]
 
 
 def accumulator(dtype: np.dtype[Any]) -> np.dtype[Any]:
