@@ -358,11 +358,12 @@ def sort_partition(
             "has_duplicates=False?). A reader would return one of the values at random. Pass "
             "the input as coordinate columns, which are merged, or fix its construction."
         )
-    runs = np.concatenate(([0], np.cumsum(counts)))
+    # reduceat over the non-empty runs alone: their starts strictly increase, so each reduces
+    # exactly its own run (an empty run's start, clipped, would cut its neighbour short)
+    starts = (np.cumsum(counts) - counts)[counts > 0]
     maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
     if data.size:
-        np.maximum.reduceat(np.abs(data), np.minimum(runs[:-1], data.size - 1), out=maxima)
-        maxima[counts == 0] = 0
+        maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
     return Runs(indices.astype(index_dtype, copy=False), data, maxima)
 
 

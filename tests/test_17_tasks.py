@@ -205,3 +205,10 @@ def test_an_array_replaced_after_the_write_was_planned_is_refused(tmp_path: Path
     group.create_array("data", shape=(10,), dtype="float32", chunks=(5,), overwrite=True)
     with pytest.raises(sd.SporadikError, match="changed after this write was planned"):
         tasks.write_array(ref, 0, np.ones(10, dtype=np.float32))
+
+
+def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -> None:
+    # positions 0..3; position 2 holds [1, 9], position 3 is empty: 9 is its maximum, not 1
+    part = tasks.Part(np.array([[0, 2, 2], [0, 0, 1]]), np.array([4.0, 1.0, -9.0]))
+    runs = tasks.sort_partition(0, 4, 2, np.int32, part)
+    np.testing.assert_array_equal(runs.maxima, [4.0, 0.0, 9.0, 0.0])
