@@ -28,7 +28,8 @@ from sporadik_dask.errors import LayoutError, SporadikError
 
 if TYPE_CHECKING:
     import zarr
-    from zarr.core.group import AsyncGroup
+
+    from sporadik_dask.zarr_adapter import AsyncGroup
 
 __all__ = [
     "COORDS_GROUP",
@@ -320,7 +321,7 @@ async def _read_coordinates(
 async def _read_coordinate(
     group: Any, name: str, dims: tuple[str, ...], location: str
 ) -> Coordinate:
-    from zarr.core.array import AsyncArray
+    from sporadik_dask.zarr_adapter import AsyncArray
 
     node = await group.getitem(name)
     attributes = dict(node.attrs)

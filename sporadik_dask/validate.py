@@ -23,7 +23,7 @@ import zarr
 from sporadik_dask.budgets import CHUNKS_AT_ONCE
 from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, StoreDescription, open_store
-from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, SporadikError
+from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, LayoutError, SporadikError
 from sporadik_dask.spec import MAXIMA, check_indices, check_indptr
 from sporadik_dask.storage import StoreLike, run
 from sporadik_dask.zarr_adapter import chunk_key
@@ -51,11 +51,25 @@ def validate_layout(
     check_indptr(indptr[: layout.positions + 1], layout.nnz, label)
     indptr = indptr[: layout.positions + 1].astype(np.int64, copy=False)
     step = CHUNKS_AT_ONCE * layout.chunks["indices"]
+    largest = np.zeros(layout.positions, dtype=np.abs(np.zeros(0, dtype=layout.dtype)).dtype)
     for start in range(0, layout.nnz, step):
         stop = min(start + step, layout.nnz)
         indices = np.concatenate(_chunks(arrays["indices"], layout.nnz, start, stop))
         check_indices(indices[: stop - start], layout.extent, label)
-        _chunks(arrays["data"], layout.nnz, start, stop)
+        values = np.concatenate(_chunks(arrays["data"], layout.nnz, start, stop))[: stop - start]
+        _largest_into(largest, indptr, start, np.abs(values))
+    if _check_absent(arrays, indptr, label, absent):
+        return  # the values of absent chunks read as zeros, so maxima cannot be checked
+    if MAXIMA in arrays:
+        stored = np.concatenate(_chunks(arrays[MAXIMA], layout.positions, 0, None))
+        _check_maxima(stored[: layout.positions], largest, label)
+
+
+def _check_absent(
+    arrays: Mapping[str, zarr.Array[Any]], indptr: npt.NDArray[np.int64], label: str, absent: Absent
+) -> bool:
+    """Refuse (or warn of, and say there are) absent chunk objects the layout does not prove to
+    be zeros."""
     unproven = {}
     for name, array in arrays.items():
         chunk = int(array.chunks[0])
@@ -63,7 +77,7 @@ def validate_layout(
         if ids:
             unproven[name] = (ids, array.nchunks)
     if not unproven:
-        return
+        return False
     found = "; ".join(
         f"{len(ids)} of the {total} chunks of {name!r} (ids "
         + ", ".join(str(i) for i in ids[:10])
@@ -78,7 +92,35 @@ def validate_layout(
     )
     if absent == "error":
         raise AbsentChunkError(message)
-    warnings.warn(message, AbsentChunkWarning, stacklevel=3)
+    warnings.warn(message, AbsentChunkWarning, stacklevel=4)
+    return True
+
+
+def _largest_into(
+    largest: npt.NDArray[Any], indptr: npt.NDArray[np.int64], start: int, values: Any
+) -> None:
+    """Each position's largest of ``values`` (elements ``start..``), maxed into ``largest``."""
+    stop = start + values.size
+    first = int(np.searchsorted(indptr[1:], start, side="right"))
+    last = int(np.searchsorted(indptr[:-1], stop, side="left"))
+    since = np.clip(indptr[first:last], start, stop) - start
+    until = np.clip(indptr[first + 1 : last + 1], start, stop) - start
+    meet = np.flatnonzero(until > since)
+    if meet.size:  # starts of non-empty parts strictly increase: reduceat reduces each exactly
+        parts = np.maximum.reduceat(values, since[meet])
+        np.maximum.at(largest, first + meet, parts)
+
+
+def _check_maxima(stored: Any, largest: Any, label: str) -> None:
+    """``maxima`` must be each position's largest absolute value, as written."""
+    wrong = np.flatnonzero(~((stored == largest) | (np.isnan(stored) & np.isnan(largest))))
+    if wrong.size:
+        shown = ", ".join(str(int(p)) for p in wrong[:10]) + (" ..." if wrong.size > 10 else "")
+        raise LayoutError(
+            f"{label}: maxima disagree with the values at {wrong.size} positions ({shown}); "
+            "da.sporadik.maxima would report the wrong largest value for them. Rewrite the "
+            "layout (sporadik_dask.add_axis after removing it), or ignore maxima."
+        )
 
 
 def _proven_zero(name: str, indptr: npt.NDArray[np.int64], chunk_id: int, chunk: int) -> bool:

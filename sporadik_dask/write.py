@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import dask
 import zarr
@@ -250,6 +250,44 @@ def create_layout(
     }
 
 
+@overload
+def to_sporadik(
+    x: Any,
+    store: StoreLike,
+    *,
+    shape: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+    duplicates: Duplicates = "sum",
+    overwrite: bool = False,
+    compute: Literal[True] = True,
+    storage_options: dict[str, Any] | None = None,
+    partition_bytes: int | None = None,
+    columns: Sequence[str] | None = None,
+    values: str | None = None,
+) -> StoreDescription: ...
+
+
+@overload
+def to_sporadik(
+    x: Any,
+    store: StoreLike,
+    *,
+    shape: Sequence[int] | None = None,
+    axes: Sequence[int] | None = None,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+    duplicates: Duplicates = "sum",
+    overwrite: bool = False,
+    compute: Literal[False],
+    storage_options: dict[str, Any] | None = None,
+    partition_bytes: int | None = None,
+    columns: Sequence[str] | None = None,
+    values: str | None = None,
+) -> StoreWrite: ...
+
+
 def to_sporadik(
     x: Any,
     store: StoreLike,
@@ -342,6 +380,32 @@ def _write(
         description: StoreDescription = write.compute()
         return description
     return write
+
+
+@overload
+def add_axis(
+    store: StoreLike,
+    axis: int,
+    *,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+    compute: Literal[True] = True,
+    storage_options: dict[str, Any] | None = None,
+    partition_bytes: int | None = None,
+) -> StoreDescription: ...
+
+
+@overload
+def add_axis(
+    store: StoreLike,
+    axis: int,
+    *,
+    chunk: int | None = None,
+    byte_addressable: bool = False,
+    compute: Literal[False],
+    storage_options: dict[str, Any] | None = None,
+    partition_bytes: int | None = None,
+) -> StoreWrite: ...
 
 
 def add_axis(

@@ -106,3 +106,16 @@ def test_absent_chunks_the_layout_proves_to_be_zeros_pass_validate(tmp_path: Pat
     with warnings.catch_warnings():
         warnings.simplefilter("error", sd.AbsentChunkWarning)
         sd.validate(path)
+
+
+def test_maxima_that_disagree_with_the_values_fail_validate(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(11), (50, 40), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=64)
+    sd.validate(path)
+    np.testing.assert_array_equal(sd.StoreReader(path).maxima(0), np.abs(dense).max(axis=1))
+    zarr.open_array(path / "layouts" / "axis0" / "maxima", mode="r+")[7] = 1.0
+    with pytest.raises(
+        sd.LayoutError, match=r"maxima disagree with the values at 1 positions \(7\)"
+    ):
+        sd.validate(path)

@@ -6,9 +6,12 @@ fixed to one layout, so dask's getter reads each block and fuses later slices in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import dask.array as da
 
 from sporadik_dask.budgets import balanced_blocks
 from sporadik_dask.describe import LayoutDescription, open_store
@@ -26,7 +29,7 @@ def from_sporadik(
     axis: int | None = None,
     storage_options: dict[str, Any] | None = None,
     format: Format = "coo",
-) -> Any:
+) -> da.Array:
     """A dask array of ``sparse.COO`` chunks over the store, each task reading only its runs.
 
     Parameters
@@ -65,7 +68,8 @@ def from_sporadik(
     if format == "gcxs":
         meta = meta.asformat("gcxs", compressed_axes=(chosen,))
     name = f"from-sporadik-{tokenize(reader, chunks)}"
-    return da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
+    array: da.Array = da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
+    return array
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:
