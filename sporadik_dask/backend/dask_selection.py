@@ -108,7 +108,11 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     """``x[key]`` (outer) as a new read of the selected positions, or None to leave it to dask.
 
     Only selections holding a list, an array or a slice with a step are taken: a plain slice
-    already fuses into the read. (dask cuts a stepped slice into per-block slices that ``sparse``
+    already fuses into the read. With a list or an array, the blocks split its positions (as many
+    blocks as ``x`` had) and are whole along every other axis, so each selected run is read by
+    one task: blocks cut along another axis would each read every selected run again.
+
+    (dask cuts a stepped slice into per-block slices that ``sparse``
     gets wrong for some negative steps: ``[::-2]`` of an 11-long axis in blocks of 5 gives 6
     values, not 4.)
     """
@@ -135,6 +139,16 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
         biggest = max(x.chunks[axis]) if x.chunks[axis] else 1
         whole = isinstance(part, slice) and part == slice(None)
         chunks.append(x.chunks[axis] if whole else _cut(picked.size, biggest))
+    listed = [
+        i
+        for i, part in enumerate(p for p in key if not isinstance(p, (int, np.integer)))
+        if isinstance(part, (list, np.ndarray))
+    ]
+    if listed:  # blocks split the listed positions, whole along the rest: each run read once
+        along = listed[0]
+        blocks = max(1, min(math.prod(x.numblocks), positions[along].size))
+        chunks = [(len(p),) for p in positions]
+        chunks[along] = _cut(positions[along].size, -(-positions[along].size // blocks))
     window = _window(source, tuple(positions), dropped)
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(positions), dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
