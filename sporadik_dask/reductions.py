@@ -386,41 +386,46 @@ def supported(op: str, dtype: np.dtype[Any]) -> bool:
     return not (op in ("max", "min") and (dtype.kind == "c" or dtype == np.uint64))
 
 
-def reduce_store(
-    reader: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
-) -> Any:
-    """``op`` into ``target`` over a whole store, one pass over a layout in bounded batches.
-
-    The layout is one whose indexed axis is kept (its runs then land in consecutive output
-    cells), else any; only runs are read, never sorted into C order, and their values alone
-    when that axis is the only one kept. The result is numpy, or a ``sparse.COO`` when not
-    ``dense`` (sums and means only).
-    """
-    shape = reader.shape
+def _layout_for(reader: Any, target: Target) -> Any:
+    """The layout a reduction reads: one whose indexed axis is kept (its runs then land in
+    consecutive output cells), else any."""
     layouts = reader.description.layouts
-    axis = next((a for a in sorted(layouts) if a in target.kept), min(layouts))
-    layout = layouts[axis]
-    layout.check_whole_read(reader.location)
-    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    return layouts[next((a for a in sorted(layouts) if a in target.kept), min(layouts))]
+
+
+def _store_fields(
+    reader: Any,
+    op: Op,
+    target: Target,
+    skipna: bool,
+    dense: bool,
+    span: tuple[int, int] | None = None,
+) -> Fields | SparseFields:
+    """The fields of the runs of positions ``span`` (default all) of the reduction's layout,
+    read in bounded batches; the runs' values alone when their axis is the only one kept."""
+    layout = _layout_for(reader, target)
+    axis = layout.indexed_axis
+    first, last = span or (0, layout.positions)
+    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
     ends = np.cumsum(hi - lo)
     cuts = np.searchsorted(
         ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
     )
-    bounds = np.unique(np.concatenate(([0], cuts, [layout.positions])))
+    bounds = np.unique(np.concatenate(([0], cuts, [last - first])))
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
     parts = [_gather(op, target, *nothing, skipna, dense)]
     runs_only = target.kept == (axis,)  # each value's output cell is its run's: no index read
     grouped_here = target.grouping is not None and target.grouping.axis == axis
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        coords: list[Any] = [None] * len(shape)
-        positions = np.arange(first, last, dtype=np.int64)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        coords: list[Any] = [None] * len(reader.shape)
+        positions = np.arange(first + a, first + b, dtype=np.int64)
         if grouped_here:  # each run's group, once per run
             positions = target.grouping.codes[positions]  # type: ignore[union-attr]
-        coords[axis] = np.repeat(positions, hi[first:last] - lo[first:last])
+        coords[axis] = np.repeat(positions, hi[a:b] - lo[a:b])
         if runs_only:
-            values = reader.run_values(layout, lo[first:last], hi[first:last])
+            values = reader.run_values(layout, lo[a:b], hi[a:b])
         else:
-            indices, values = reader.runs(layout, lo[first:last], hi[first:last])
+            indices, values = reader.runs(layout, lo[a:b], hi[a:b])
             for other, column in zip(
                 layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
             ):
@@ -431,7 +436,56 @@ def reduce_store(
             merge_into(parts[0], part)  # type: ignore[arg-type]
         else:
             parts.append(part)
-    return _result(op, _combine(op, parts), target, reader.dtype, skipna, ddof)
+    return _combine(op, parts)
+
+
+def reduce_store(
+    reader: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
+) -> Any:
+    """``op`` into ``target`` over a whole store, one pass over a layout in bounded batches.
+
+    Only runs are read, never sorted into C order. The result is numpy, or a ``sparse.COO`` when
+    not ``dense`` (sums and means only).
+    """
+    _layout_for(reader, target).check_whole_read(reader.location)
+    fields = _store_fields(reader, op, target, skipna, dense)
+    return _result(op, fields, target, reader.dtype, skipna, ddof)
+
+
+def reduce_store_dask(
+    reader: Any,
+    op: Op,
+    target: Target,
+    spans: int,
+    *,
+    skipna: bool,
+    ddof: int = 0,
+    dense: bool = True,
+) -> Any:
+    """:func:`reduce_store` as a dask array: one task per span of the layout's positions (about
+    equal in values), their fields added in a tree, so every worker reads its own runs."""
+    from dask.base import tokenize
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    from sporadik_dask.plan import partition_bounds
+
+    layout = _layout_for(reader, target)
+    layout.check_whole_read(reader.location)
+    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    indptr = np.concatenate(([0], np.cumsum(hi - lo)))
+    bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    token = tokenize(reader, op, target.axes, target.grouping, skipna, ddof, dense, bounds)
+    name = f"sporadik-{op}-{token}"
+    layer: dict[Any, Any] = {}
+    level: list[Any] = []
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        key = (name, 0, len(level))
+        layer[key] = (_store_fields, reader, op, target, skipna, dense, (first, last))
+        level.append(key)
+    layer[name] = (_result, op, _tree(layer, name, level, op), target, reader.dtype, skipna, ddof)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return _as_array(Delayed(name, graph), op, target, reader.dtype, dense)
 
 
 def reduce_coo(
@@ -571,7 +625,6 @@ def _grouped_dask(
 ) -> Any:
     """A grouped reduction of dask blocks: every block adds into the whole (groups, kept)
     output, so the blocks' fields are added in a tree and the result is one block."""
-    import dask.array as da
     from dask.base import tokenize
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
@@ -586,6 +639,13 @@ def _grouped_dask(
         key = (name, 0, len(level))
         layer[key] = (_offset_fields, (x.name, *index), offsets, op, target, skipna, dense)
         level.append(key)
+    layer[name] = (_result, op, _tree(layer, name, level, op), target, x.dtype, skipna, ddof)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
+    return _as_array(Delayed(name, graph), op, target, x.dtype, dense)
+
+
+def _tree(layer: dict[Any, Any], name: str, level: list[Any], op: Op) -> Any:
+    """Add tasks merging the fields of ``level``, :data:`GROUP_FAN_IN` at a time; the root key."""
     depth = 0
     while len(level) > 1:
         depth += 1
@@ -594,12 +654,17 @@ def _grouped_dask(
         for j, group in enumerate(groups):
             layer[(name, depth, j)] = (_merge_fields, op, *group)
             level.append((name, depth, j))
-    layer[name] = (_result, op, level[0], target, x.dtype, skipna, ddof)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
-    dtype = result_dtype(op, x.dtype)
-    meta: Any = np.empty((0,) * len(target.out_shape), dtype)
+    return level[0]
+
+
+def _as_array(result: Any, op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:
+    """A delayed result as a dask array of one block: numpy, or ``sparse.COO`` if not dense."""
+    import dask.array as da
+
+    out = result_dtype(op, dtype)
+    meta: Any = np.empty((0,) * len(target.out_shape), out)
     if not dense:
         import sparse
 
         meta = sparse.COO.from_numpy(meta)
-    return da.from_delayed(Delayed(name, graph), target.out_shape, dtype=dtype, meta=meta)
+    return da.from_delayed(result, target.out_shape, dtype=out, meta=meta)

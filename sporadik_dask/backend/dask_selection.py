@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from sporadik_dask.backend.chunkmanager import READ_PREFIX
 
-__all__ = ["StoreWindow", "install_dask_selection"]
+__all__ = ["StoreWindow", "install_dask_selection", "reader_of"]
 
 
 class StoreWindow:
@@ -90,7 +90,7 @@ def _rereading(original: Callable[..., Any]) -> Callable[..., Any]:
     return _oindex_get
 
 
-def _reader_of(x: Any) -> Any:
+def reader_of(x: Any) -> Any:
     """The reader a dask array reads, if its graph is that read and nothing more."""
     from sporadik_dask.read import StoreReader
 
@@ -122,7 +122,7 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
 
     if not any(_not_fused(part) for part in key):
         return None
-    source = _reader_of(x)
+    source = reader_of(x)
     if source is None:
         return None
     key = key + (slice(None),) * (x.ndim - len(key))

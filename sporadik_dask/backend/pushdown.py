@@ -17,6 +17,7 @@ unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ import numpy as np
 
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import READ_PREFIX
+from sporadik_dask.backend.dask_selection import reader_of
+from sporadik_dask.read import StoreReader
 
 __all__ = ["install_reductions"]
 
@@ -164,6 +167,12 @@ def _pushed_data(
 
     held = variable._data
     if _is_sporadik_dask(held):
+        source = reader_of(held)
+        if isinstance(source, StoreReader):  # still a plain read of the whole store: its runs
+            spans = math.prod(held.numblocks)
+            return reductions.reduce_store_dask(
+                source, op, target, spans, skipna=skipna, ddof=ddof, dense=dense
+            )
         return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
     backend, whole = backend_under(held)
     if backend is None:
