@@ -15,7 +15,7 @@ parts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import getitem
 from typing import Any
@@ -34,6 +34,7 @@ from sporadik_dask.spec import MAXIMA, LayoutGeometry
 __all__ = [
     "Pieces",
     "count_graph",
+    "fan_in",
     "pieces_of_blocks",
     "pieces_of_columns",
     "pieces_of_coo",
@@ -262,16 +263,25 @@ def _count_layer(
     for i, piece in enumerate(pieces):
         layer[(name, 0, i)] = (tasks.count_piece, piece, extents)
         level.append((name, 0, i))
+    root = fan_in(layer, name, level, tasks.add_counts, width=COUNT_FAN_IN)
+    layer[name] = (tasks.Tally, root, (sum, list(repeats)))
+    return layer
+
+
+def fan_in(
+    layer: Layer, name: str, level: list[Any], combine: Callable[..., Any], *head: Any, width: int
+) -> Any:
+    """Add tasks combining ``level``'s results ``width`` at a time (``combine(*head, *group)``),
+    level by level, so no task holds more than ``width`` of them; return the root's key."""
     depth = 0
     while len(level) > 1:
         depth += 1
-        groups = [level[i : i + COUNT_FAN_IN] for i in range(0, len(level), COUNT_FAN_IN)]
+        groups = [level[i : i + width] for i in range(0, len(level), width)]
         level = []
         for j, group in enumerate(groups):
-            layer[(name, depth, j)] = (tasks.add_counts, *group)
+            layer[(name, depth, j)] = (combine, *head, *group)
             level.append((name, depth, j))
-    layer[name] = (tasks.Tally, level[0], (sum, list(repeats)))
-    return layer
+    return level[0]
 
 
 def write_graph(

@@ -645,16 +645,10 @@ def _grouped_dask(
 
 
 def _tree(layer: dict[Any, Any], name: str, level: list[Any], op: Op) -> Any:
-    """Add tasks merging the fields of ``level``, :data:`GROUP_FAN_IN` at a time; the root key."""
-    depth = 0
-    while len(level) > 1:
-        depth += 1
-        groups = [level[i : i + GROUP_FAN_IN] for i in range(0, len(level), GROUP_FAN_IN)]
-        level = []
-        for j, group in enumerate(groups):
-            layer[(name, depth, j)] = (_merge_fields, op, *group)
-            level.append((name, depth, j))
-    return level[0]
+    """Tasks merging the fields of ``level``, :data:`GROUP_FAN_IN` at a time; the root's key."""
+    from sporadik_dask.graph import fan_in
+
+    return fan_in(layer, name, level, _merge_fields, op, width=GROUP_FAN_IN)
 
 
 def _as_array(result: Any, op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:
