@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from page import replace_section
+from page import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- idioms: made by benchmarks/idioms.py -->"
@@ -257,10 +257,7 @@ def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> 
             f"{measured['peak'] / 2**30:.2f} | {measured['before'] / 2**30:.2f} | "
             f"{measured['type']} |"
         )
-    lines += ["", END]
-    section = "\n".join(lines)
-    replace_section(args.output, BEGIN, END, section)
-    print(section)
+    publish(args.output, BEGIN, END, lines)
 
 
 if __name__ == "__main__":

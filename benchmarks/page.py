@@ -17,3 +17,11 @@ def replace_section(page: Path, begin: str, end: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     page.write_text(text)
+
+
+def publish(page: Path, begin: str, end: str, lines: list[str]) -> None:
+    """Close ``lines`` (which start with ``begin``) with ``end``, put them in ``page`` with
+    :func:`replace_section`, and print them."""
+    section = "\n".join([*lines, "", end])
+    replace_section(page, begin, end, section)
+    print(section)

@@ -21,7 +21,7 @@ import warnings
 from datetime import date
 from pathlib import Path
 
-from page import replace_section
+from page import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- sums: made by benchmarks/sums.py -->"
@@ -110,10 +110,7 @@ def main() -> None:
             f"| `{label}` | {dim} | {first:.1f} | {again:.1f} | "
             f"{measured['peak'] / 2**30:.1f} | {measured['type']} |"
         )
-    lines += ["", END]
-    section = "\n".join(lines)
-    replace_section(args.output, BEGIN, END, section)
-    print(section)
+    publish(args.output, BEGIN, END, lines)
 
 
 if __name__ == "__main__":

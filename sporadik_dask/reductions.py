@@ -122,16 +122,10 @@ def merge_into(into: Fields, part: Fields) -> Fields:
 
 
 def merge(op: Op, parts: Sequence[Fields]) -> Fields:
-    """Fields of several pieces over the same output cells, combined."""
-    merged: Fields = {}
-    for name in parts[0]:
-        arrays = [part[name] for part in parts]
-        if name == "max":
-            merged[name] = np.maximum.reduce(arrays)
-        elif name == "min":
-            merged[name] = np.minimum.reduce(arrays)
-        else:
-            merged[name] = np.add.reduce(arrays)
+    """Fields of several pieces over the same output cells, combined into new arrays."""
+    merged = {name: array.copy() for name, array in parts[0].items()}
+    for part in parts[1:]:
+        merge_into(merged, part)
     return merged
 
 
