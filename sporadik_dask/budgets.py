@@ -28,6 +28,7 @@ __all__ = [
     "ESTIMATE_HEADROOM",
     "MIN_BLOCK_BYTES",
     "PARTITION_BYTES",
+    "SPARSE_BATCH_CELLS",
     "TOTALS_BATCH",
     "balanced_blocks",
     "block_count",
@@ -68,6 +69,11 @@ CHUNKS_AT_ONCE = 64
 #: Values :func:`~sporadik_dask.reductions.reduce_store` reads per batch of runs: a few tens of
 #: MB with their coordinates.
 BATCH_VALUES = 2**21
+
+#: Cells of the accumulator a sum or mean with a sparse result adds each run into (64 MiB of
+#: float64): a run of an ungrouped kept axis reaches only its own position's output cells, so
+#: adding it into a reused dense row replaces a sort of its values. Past it, runs are sorted.
+SPARSE_BATCH_CELLS = 2**23
 
 #: The share of ``array.chunk-size`` a block sized from a layout's mean values per position aims
 #: at, so positions denser than the mean do not push it over: blocks of 1,000+ positions with

@@ -13,7 +13,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["sort_by_key", "transpose_runs"]
+__all__ = ["sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -102,3 +102,126 @@ def transpose_runs(
     except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks
         return None
     return (coords, out) if ordered else None
+
+
+@numba.njit(cache=True, nogil=True)
+def _sum_runs(
+    lengths: Any,
+    keys: Any,
+    values: Any,
+    acc: Any,
+    mark: Any,
+    first: int,
+    extent: int,
+    trail: int,
+) -> Any:
+    out_ids = np.empty(keys.size, dtype=np.int64)
+    out_sums = np.empty(keys.size, dtype=acc.dtype)
+    m = 0
+    i = 0
+    for run in range(len(lengths)):
+        start = m
+        for _ in range(lengths[run]):
+            key = keys[i]
+            if key >= 0:
+                if not mark[key]:
+                    mark[key] = True
+                    out_ids[m] = key
+                    m += 1
+                acc[key] += values[i]
+            i += 1
+        if trail > 1:
+            out_ids[start:m].sort()
+        position = first + run
+        for j in range(start, m):
+            key = out_ids[j]
+            out_sums[j] = acc[key]
+            acc[key] = 0
+            mark[key] = False
+            out_ids[j] = ((key // trail) * extent + position) * trail + key % trail
+    return out_ids[:m], out_sums[:m]
+
+
+def sum_runs(
+    lengths: npt.NDArray[Any],
+    keys: npt.NDArray[np.int64],
+    values: npt.NDArray[Any],
+    buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]],
+    *,
+    first: int,
+    extent: int,
+    trail: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """Sums per output cell of runs that share no cell: run ``r`` (``lengths[r]`` values) is
+    position ``first + r`` of an axis of ``extent`` positions, and each of its values lands at
+    cell ``keys`` of the run's ``lead * trail`` cells (-1: nowhere).
+
+    Returns the cells some value lands in, raveled over ``(lead, extent, trail)`` and in C order
+    within each run, and their sums. ``buffers`` (an accumulator of zeros and a mask of False, one
+    cell per key) are left as they came, for the next batch. One pass over the values, each
+    added into a cell of the accumulator: no sort of the values. None when numba cannot hold a
+    dtype.
+    """
+    try:
+        summed: tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
+        summed = _sum_runs(lengths, keys, values, *buffers, first, extent, trail)
+        return summed
+    except (numba.core.errors.TypingError, NotImplementedError):
+        return None
+
+
+@numba.njit(cache=True, nogil=True)
+def _low_pass(
+    keys: Any, ids: Any, data: Any, out_keys: Any, out_ids: Any, out_data: Any, shift: int
+) -> None:
+    mask = (1 << shift) - 1
+    counts = np.zeros(mask + 2, dtype=np.int64)
+    for i in range(len(keys)):
+        counts[(keys[i] & mask) + 1] += 1
+    for d in range(mask + 1):
+        counts[d + 1] += counts[d]
+    for i in range(len(keys)):
+        digit = keys[i] & mask
+        j = counts[digit]
+        counts[digit] = j + 1
+        out_keys[j] = keys[i]
+        out_ids[j] = ids[i]
+        out_data[j] = data[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _high_pass(
+    keys: Any, ids: Any, data: Any, out_ids: Any, out_data: Any, shift: int, digits: int
+) -> None:
+    counts = np.zeros(digits + 1, dtype=np.int64)
+    for i in range(len(keys)):
+        counts[(keys[i] >> shift) + 1] += 1
+    for d in range(digits):
+        counts[d + 1] += counts[d]
+    for i in range(len(keys)):
+        digit = keys[i] >> shift
+        j = counts[digit]
+        counts[digit] = j + 1
+        out_ids[j] = ids[i]
+        out_data[j] = data[i]
+
+
+def sort_by_lead(
+    ids: npt.NDArray[np.int64], data: npt.NDArray[Any], span: int, leads: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """``ids`` and ``data`` stably sorted by ``ids // span`` (in ``[0, leads)``), in place.
+
+    Two stable counting passes over the low and high bits of the key, about ``sqrt(leads)``
+    buckets each: a single pass over tens of thousands of keys writes to as many places at once,
+    a cache miss per value (86 M values into 50,000 keys: 6.9 s); a few hundred stay in cache.
+    """
+    if ids.size < 2 or leads < 2:
+        return ids, data
+    keys = (ids // span).astype(np.int32 if leads < 2**31 else np.int64)
+    shift = max(1, (int(leads - 1).bit_length() + 1) // 2)
+    spare_keys, spare_ids, spare_data = np.empty_like(keys), np.empty_like(ids), np.empty_like(data)
+    _low_pass(keys, ids, data, spare_keys, spare_ids, spare_data, shift)
+    del keys
+    digits = ((leads - 1) >> shift) + 1
+    _high_pass(spare_keys, spare_ids, spare_data, ids, data, shift, digits)
+    return ids, data

@@ -17,15 +17,17 @@ here is a few ``bincount`` passes over values and coordinates:
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.budgets import BATCH_VALUES
+from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
+from sporadik_dask.kernels import sort_by_lead, sum_runs
 
 __all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
 
@@ -34,6 +36,7 @@ Op = Literal["sum", "mean", "max", "min", "count", "var", "std"]
 OPS: tuple[Op, ...] = ("sum", "mean", "max", "min", "count", "var", "std")
 
 Fields = dict[str, npt.NDArray[Any]]
+_T = TypeVar("_T")
 
 
 def _needs(op: Op) -> tuple[str, ...]:
@@ -290,8 +293,8 @@ def sparse_fields_of(
     """:class:`SparseFields` of values landing at output cells ``where``."""
     nan = np.isnan(values) if values.dtype.kind in "fc" else np.zeros(values.shape, dtype=bool)
     nan_ids, nans = _sum_by_id(where[nan], np.ones(int(nan.sum()), dtype=np.int64))
-    if skipna and nan.any():
-        where, values = where[~nan], values[~nan]
+    if skipna and nan.any():  # a NaN adds nothing, but its cell stays (all NaN: a NaN mean)
+        values = np.where(nan, np.zeros((), dtype=values.dtype), values)
     ids, total = _sum_by_id(where, values.astype(_accumulator(values.dtype), copy=False))
     return SparseFields(ids, total, nan_ids, nans)
 
@@ -323,7 +326,13 @@ def finish_sparse(
         valid = cells - (_at(fields.nan_ids, fields.nans, fields.ids) if skipna else 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             values = values / valid
-    coords = np.stack(np.unravel_index(fields.ids, target.out_shape)).astype(np.int64)
+    coords = np.empty((len(target.out_shape), fields.ids.size), dtype=np.int64)
+    rest = fields.ids
+    for axis in reversed(range(1, len(target.out_shape))):  # unraveled in place, row by row
+        np.remainder(rest, target.out_shape[axis], out=coords[axis])
+        rest = rest // target.out_shape[axis]
+    if len(target.out_shape):
+        coords[0] = rest
     data = np.asarray(values).astype(result_dtype(op, dtype), copy=False)
     return sparse.COO(coords, data, shape=target.out_shape, has_duplicates=False, sorted=True)
 
@@ -380,11 +389,161 @@ def supported(op: str, dtype: np.dtype[Any]) -> bool:
     return not (op in ("max", "min") and (dtype.kind == "c" or dtype == np.uint64))
 
 
-def _layout_for(reader: Any, target: Target) -> Any:
+def _layout_for(reader: Any, target: Target, dense: bool = True) -> Any:
     """The layout a reduction reads: one whose indexed axis is kept (its runs then land in
-    consecutive output cells), else any."""
+    consecutive output cells), else any. A sparse result prefers a kept axis that is not grouped:
+    each batch of its runs then fills output cells no other batch reaches (:class:`_Disjoint`)."""
     layouts = reader.description.layouts
-    return layouts[next((a for a in sorted(layouts) if a in target.kept), min(layouts))]
+    kept = [a for a in sorted(layouts) if a in target.kept]
+    if not dense and target.grouping is not None:
+        kept = [a for a in kept if a != target.grouping.axis] or kept
+    return layouts[kept[0] if kept else min(layouts)]
+
+
+class _Disjoint:
+    """Output cells of a sum or mean that keeps the layout's indexed axis ungrouped: the output
+    axes before it (*lead*, ``L`` cells), the axis itself (``A`` positions) and the axes after
+    it (*trail*, ``T`` cells).
+
+    A run reaches only its own position's ``L * T`` cells, so no two runs share a cell: each
+    run's values add into a reused accumulator of ``L * T`` cells (:func:`sum_runs`, one pass,
+    no sort) and the runs' sums are concatenated, never added. Runs come in position order, so
+    one stable counting sort by the lead cell puts the whole in C order (within a run the trail
+    cells are sorted). Memory: the cells some value lands in, plus the accumulator.
+    """
+
+    def __init__(self, target: Target, axis: int, dtype: np.dtype[Any]) -> None:
+        at = target.kept.index(axis)
+        out = target.out_shape
+        self.target, self.axis = target, axis
+        self.lead, self.extent, self.trail = math.prod(out[:at]), out[at], math.prod(out[at + 1 :])
+        self._cells = self.lead * self.trail
+        self._buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]] | None = None
+        self._dtype = _accumulator(dtype)
+
+    @classmethod
+    def of(cls, target: Target, axis: int, dtype: np.dtype[Any]) -> _Disjoint | None:
+        grouped = target.grouping.axis if target.grouping is not None else None
+        if axis not in target.kept or axis == grouped:
+            return None
+        return cls(target, axis, dtype)
+
+    def _keys(self, coords: Sequence[Any], size: int) -> npt.NDArray[np.int64]:
+        """Each value's cell among its run's ``L * T`` (lead and trail raveled), -1 for a value
+        whose position along the grouped axis is in no group."""
+        target, grouping = self.target, self.target.grouping
+        others = [
+            (axis, extent)
+            for axis, extent in zip(target.kept, target.out_shape, strict=True)
+            if axis != self.axis
+        ]
+        keys = np.zeros(size, dtype=np.int64)
+        outside = None
+        for axis, extent in others:
+            column = np.asarray(coords[axis])
+            if grouping is not None and axis == grouping.axis:
+                column = grouping.codes[column]  # -1: in no group
+                outside = column < 0
+            if len(others) == 1:  # the key is the column itself, -1 included
+                return column.astype(np.int64, copy=False)
+            keys *= extent
+            keys += column
+        if outside is not None and outside.any():
+            keys[outside] = -1
+        return keys
+
+    def fields(
+        self,
+        first: int,
+        lengths: npt.NDArray[np.int64],
+        coords: Sequence[Any],
+        values: npt.NDArray[Any],
+        *,
+        skipna: bool,
+    ) -> SparseFields:
+        """:class:`SparseFields` (C order within each run) of the runs of positions
+        ``first, first + 1, ...``, ``lengths`` values each."""
+        keys = self._keys(coords, values.size)
+        nan = np.isnan(values) if values.dtype.kind in "fc" else None
+        nan_ids, nans = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if nan is not None and nan.any():
+            runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+            hit = nan & (keys >= 0)
+            nan_ids, nans = _sum_by_id(
+                self._ids(first, keys[hit], runs[hit]), np.ones(int(hit.sum()), np.int64)
+            )
+            if skipna:  # a NaN adds nothing, but its cell stays (all NaN: a NaN mean)
+                values = np.where(nan, np.zeros((), dtype=values.dtype), values)
+        summed = None
+        if self._cells <= SPARSE_BATCH_CELLS:
+            if self._buffers is None:
+                self._buffers = np.zeros(self._cells, self._dtype), np.zeros(self._cells, bool)
+            summed = sum_runs(
+                lengths, keys, values, self._buffers, first=first, extent=self.extent,
+                trail=self.trail,
+            )  # fmt: skip
+        if summed is None:  # too many cells per run for an accumulator, or a dtype numba lacks
+            runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+            inside = keys >= 0
+            found = sparse_fields_of(
+                self._ids(first, keys[inside], runs[inside]), values[inside], skipna=False
+            )
+            return SparseFields(found.ids, found.total, nan_ids, nans)
+        return SparseFields(summed[0], summed[1], nan_ids, nans)
+
+    def _ids(
+        self, first: int, keys: npt.NDArray[np.int64], runs: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """Output cells (raveled over the output) of run ``runs`` (from ``first``) at ``keys``."""
+        ids = keys // self.trail
+        ids *= self.extent
+        ids += runs + first
+        ids *= self.trail
+        ids += keys % self.trail
+        return ids
+
+    def merge(self, parts: list[SparseFields]) -> SparseFields:
+        """The batches' fields (``parts`` is emptied as they are taken), concatenated (no cell
+        is in two) and put in C order."""
+        ids = np.concatenate([p.ids for p in parts])
+        total = np.concatenate([p.total for p in parts])
+        nan_ids, nans = _sum_by_id(
+            np.concatenate([p.nan_ids for p in parts]), np.concatenate([p.nans for p in parts])
+        )
+        parts.clear()
+        if self.lead > 1:
+            ids, total = sort_by_lead(ids, total, self.extent * self.trail, self.lead)
+        return SparseFields(ids, total, nan_ids, nans)
+
+
+def _bounds(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """Batches of consecutive positions (offsets into ``lo``/``hi``), about ``BATCH_VALUES``
+    values each."""
+    ends = np.cumsum(hi - lo)
+    cuts = np.searchsorted(
+        ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
+    )
+    bounds = np.unique(np.concatenate([[0], cuts, [lo.size]])).tolist()
+    return list(itertools.pairwise(bounds))
+
+
+def _ahead(
+    fetch: Callable[[int, int], _T], batches: Sequence[tuple[int, int]]
+) -> Iterator[tuple[int, int, _T]]:
+    """``fetch`` of each batch in turn, the next one read while the caller works on this one:
+    decoding releases the GIL, so reading and adding overlap (two batches in memory at most)."""
+    if len(batches) < 2:
+        yield from ((a, b, fetch(a, b)) for a, b in batches)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(fetch, *batches[0])
+        for at, (a, b) in enumerate(batches):
+            fetched = pending.result()
+            if at + 1 < len(batches):
+                pending = pool.submit(fetch, *batches[at + 1])
+            yield a, b, fetched
 
 
 def _store_fields(
@@ -396,40 +555,48 @@ def _store_fields(
     span: tuple[int, int] | None = None,
 ) -> Fields | SparseFields:
     """The fields of the runs of positions ``span`` (default all) of the reduction's layout,
-    read in bounded batches; the runs' values alone when their axis is the only one kept."""
-    layout = _layout_for(reader, target)
+    read in bounded batches (the next read while this one is added); the runs' values alone
+    when their axis is the only one kept."""
+    layout = _layout_for(reader, target, dense)
     axis = layout.indexed_axis
     first, last = span or (0, layout.positions)
     ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
-    ends = np.cumsum(hi - lo)
-    cuts = np.searchsorted(
-        ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
-    )
-    bounds = np.unique(np.concatenate(([0], cuts, [last - first])))
-    nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
-    parts = [_gather(op, target, *nothing, skipna, dense)]
+    disjoint = None if dense else _Disjoint.of(target, axis, reader.dtype)
+    batches = _bounds(lo, hi)
     runs_only = target.kept == (axis,)  # each value's output cell is its run's: no index read
     grouped_here = target.grouping is not None and target.grouping.axis == axis
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+
+    def fetch(a: int, b: int) -> tuple[Any, Any]:
+        if runs_only:
+            return None, reader.run_values(layout, lo[a:b], hi[a:b])
+        indices, values = reader.runs(layout, lo[a:b], hi[a:b])
+        return indices, values
+
+    nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
+    parts = [_gather(op, target, *nothing, skipna, dense)]
+    for a, b, (indices, values) in _ahead(fetch, batches):
         coords: list[Any] = [None] * len(reader.shape)
         positions = np.arange(first + a, first + b, dtype=np.int64)
         if grouped_here:  # each run's group, once per run
             positions = target.grouping.codes[positions]  # type: ignore[union-attr]
         coords[axis] = np.repeat(positions, hi[a:b] - lo[a:b])
-        if runs_only:
-            values = reader.run_values(layout, lo[a:b], hi[a:b])
-        else:
-            indices, values = reader.runs(layout, lo[a:b], hi[a:b])
+        if indices is not None:
             for other, column in zip(
                 layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
             ):
                 coords[other] = column
+        if disjoint is not None:
+            lengths = hi[a:b] - lo[a:b]
+            parts.append(disjoint.fields(first + a, lengths, coords, values, skipna=skipna))
+            continue
         where, values = target.locate(coords, values, grouped=grouped_here)
         part = _gather(op, target, where, values, skipna, dense)
-        if dense:  # dense fields add up as they come, in place; sparse ones merge at the end
+        if dense:  # dense fields add up as they come, in place
             merge_into(parts[0], part)  # type: ignore[arg-type]
         else:
             parts.append(part)
+    if disjoint is not None:
+        return disjoint.merge(parts)  # type: ignore[arg-type]
     return _combine(op, parts)
 
 
@@ -441,7 +608,7 @@ def reduce_store(
     Only runs are read, never sorted into C order. The result is numpy, or a ``sparse.COO`` when
     not ``dense`` (sums and means only).
     """
-    _layout_for(reader, target).check_whole_read(reader.location)
+    _layout_for(reader, target, dense).check_whole_read(reader.location)
     fields = _store_fields(reader, op, target, skipna, dense)
     return _result(op, fields, target, reader.dtype, skipna, ddof)
 
@@ -464,7 +631,7 @@ def reduce_store_dask(
 
     from sporadik_dask.plan import partition_bounds
 
-    layout = _layout_for(reader, target)
+    layout = _layout_for(reader, target, dense)
     layout.check_whole_read(reader.location)
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dask.array as da
@@ -106,3 +107,42 @@ def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
                 np.testing.assert_allclose(
                     got.astype(np.float64), expected.astype(np.float64), rtol=2e-5, equal_nan=True
                 )
+
+
+@pytest.mark.parametrize("block", [40, 400], ids=["sorted runs", "accumulated runs"])
+@pytest.mark.parametrize("skipna", [True, False])
+@pytest.mark.parametrize("op", reductions.SPARSE_OPS)
+@pytest.mark.parametrize("grouped", [0, 1, 2])
+def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_dense_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    op: reductions.Op,
+    grouped: int,
+    skipna: bool,
+    block: int,
+) -> None:
+    """Batches of a few positions each (so the per-batch dense blocks or sorts, their
+    concatenation and the counting sort into C order all run), with NaNs (a cell of NaN alone
+    included), positions in no group, every layout."""
+    import sporadik_dask as sd
+    from sporadik_dask.read import StoreReader
+
+    dense = _dense(np.float32)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(sparse.COO.from_numpy(dense), path, axes=(0, 1, 2), chunk=16)
+    reader = StoreReader(path)
+    rng = np.random.default_rng(5)
+    groups = min(6, dense.shape[grouped] - 1)
+    codes = rng.integers(-1, groups, dense.shape[grouped])
+    codes[:groups] = np.arange(groups)  # every group has a member, as xarray's groups do
+    grouping = reductions.Grouping(grouped, codes, groups)
+    monkeypatch.setattr(reductions, "SPARSE_BATCH_CELLS", block)
+    monkeypatch.setattr(reductions, "BATCH_VALUES", 50)
+    for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
+        target = reductions.Target(dense.shape, reduced, grouping)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = reductions.reduce_store(reader, op, target, skipna=skipna)
+            got = reductions.reduce_store(reader, op, target, skipna=skipna, dense=False)
+        assert isinstance(got, sparse.COO) and got.dtype == expected.dtype
+        np.testing.assert_allclose(got.todense(), expected, rtol=2e-5, equal_nan=True)
