@@ -34,6 +34,13 @@ BEGIN = "<!-- idioms: made by benchmarks/idioms.py -->"
 END = "<!-- /idioms -->"
 RNG_SEED = 7
 
+#: Pseudobulk, side by side with the peers: flox over ``chunks={}`` of plain dask + sparse (this
+#: package's pushdown switched off), scanpy's ``sc.get.aggregate`` on the AnnData in memory.
+GROUPBY_ROUTES = ["lazy", "chunks={}", "totals", "flox", "scanpy", "scipy"]
+#: A route is stopped past this many seconds or this much RSS, and reported as such.
+LIMIT_SECONDS = 900
+LIMIT_BYTES = 12 * 2**30
+
 #: Each idiom: what it is, and its routes by name (a route is a function of the context).
 IDIOMS: dict[str, tuple[str, list[str]]] = {
     "genes-sorted": ("1,000 genes, sorted", ["lazy", "scipy", "anndata-lazy"]),
@@ -47,8 +54,8 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
     "sum-gene-chunked": (".sum('gene', skipna=False)", ["chunks={}", "totals", "scipy"]),
     "sum-cell-lazy": (".sum('cell') lazily", ["lazy", "totals", "scipy"]),
     "mean-cell": (".mean('cell') (float32 stays float32)", ["lazy", "chunks={}", "scipy"]),
-    "groupby-50": ("groupby 50 cell groups .sum()", ["lazy", "chunks={}", "scipy"]),
-    "groupby-50000": ("groupby 50,000 cell groups .sum()", ["lazy", "scipy"]),
+    "groupby-50": ("groupby 50 cell groups .sum()", GROUPBY_ROUTES),
+    "groupby-50000": ("groupby 50,000 cell groups .sum()", GROUPBY_ROUTES),
 }
 
 
@@ -95,6 +102,26 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
         "gene-mask-chunked": picks["mask"],
     }.get(idiom)
     groups = picks["groups-50000" if idiom == "groupby-50000" else "groups-50"]
+    if route == "flox":  # xarray's own groupby through flox, over dask blocks of sparse.COO
+        import dask
+        import xarray as xr
+
+        dask.config.set({"sporadik.pushdown": False})
+        xr.set_options(use_flox=True)
+        labelled = _ours(store, {}).assign_coords(group=("cell", groups))
+        return lambda: _done(labelled.groupby("group").sum().data)
+    if route == "scanpy":
+        import anndata as ad
+        import pandas as pd
+        import scanpy as sc
+        import scipy.sparse as sp
+
+        rows, cols, data = (np.load(cache / f"{n}.npy") for n in ("rows", "cols", "data"))
+        csr = sp.csr_matrix((data, (rows, cols)), shape=(meta["cells"], meta["genes"]))
+        del rows, cols, data
+        obs = pd.DataFrame({"group": pd.Categorical(groups.astype(str))})
+        adata = ad.AnnData(X=csr, obs=obs)
+        return lambda: sc.get.aggregate(adata, by="group", func="sum").layers["sum"]
     if route in ("lazy", "chunks={}"):
         counts = _ours(store, None if route == "lazy" else {})
         if selection is not None:
@@ -112,7 +139,7 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
             return lambda: _done(counts.mean("cell").data)
         labelled = counts.assign_coords(group=("cell", groups))
         return lambda: _done(labelled.groupby("group").sum().data)
-    if route == "totals":
+    if route == "totals":  # one pass over values: the floor of a reduction or a pseudobulk
         counts = _ours(store, None)
         kept = "cell" if idiom == "sum-gene-chunked" else "gene"
         return lambda: counts.sporadik.totals(kept).data
@@ -211,20 +238,45 @@ def main() -> None:
     for idiom in args.idioms:
         label, routes = IDIOMS[idiom]
         for route in routes:
-            done = subprocess.run(
-                [sys.executable, __file__, "--child", idiom, route, str(cache)],
-                capture_output=True,
-                text=True,
+            stdout, error = _run_child(
+                [sys.executable, __file__, "--child", idiom, route, str(cache)]
             )
-            if done.returncode != 0:
-                error = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            if error is not None:
                 print(label, route, "FAILED", error, flush=True)
                 rows.append((label, route, {"error": error[:80]}))
                 continue
-            measured = json.loads(done.stdout.strip().splitlines()[-1])
+            measured = json.loads(stdout.strip().splitlines()[-1])
             rows.append((label, route, measured))
             print(label, route, measured, flush=True)
     _report(args, meta, rows)
+
+
+def _run_child(command: list[str]) -> tuple[str, str | None]:
+    """A child's output, or why it failed: its last error line, or the limit it passed (time,
+    or RSS sampled every 0.1 s), so a route that would take the machine down is stopped."""
+    import psutil
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        started, watched = time.perf_counter(), psutil.Process(child.pid)
+        while child.poll() is None:
+            try:
+                rss = watched.memory_info().rss
+            except psutil.Error:
+                rss = 0
+            seconds = time.perf_counter() - started
+            if rss > LIMIT_BYTES or seconds > LIMIT_SECONDS:
+                child.kill()
+                child.wait()
+                if rss > LIMIT_BYTES:
+                    return "", f"stopped past {LIMIT_BYTES / 2**30:.0f} GiB RSS"
+                return "", f"stopped past {LIMIT_SECONDS} s"
+            time.sleep(0.1)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode != 0:
+            return "", (err.read().strip().splitlines() or ["failed"])[-1]
+        return out.read(), None
 
 
 def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> None:
@@ -242,7 +294,10 @@ def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> 
         "CSC. `lazy` is `xr.open_dataset(store, engine='sporadik')`, `chunks={}` the same with "
         "`chunks={}` (then `.compute()`), `totals` is `da.sporadik.totals`, "
         "`anndata-lazy` is `read_elem_lazy` of anndata's CSC group, `reference` is the "
-        "reference's `slices_at`.",
+        "reference's `slices_at`, `flox` is xarray's groupby through flox over `chunks={}` with "
+        "this package's pushdown off (`sporadik.pushdown: False`), `scanpy` is "
+        "`sc.get.aggregate` on the AnnData in memory (CSR). A route past "
+        f"{LIMIT_SECONDS} s or {LIMIT_BYTES / 2**30:.0f} GiB RSS is stopped.",
         "",
         "| idiom | route | first s | again s | peak RSS GiB | at start GiB | result |",
         "|---|---|---|---|---|---|---|",
