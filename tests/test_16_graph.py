@@ -4,11 +4,13 @@ a write need, and two different writes share no key."""
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import zarr
@@ -89,7 +91,7 @@ def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.Arr
     }
 
 
-def _plans(dense: np.ndarray, chunk: int) -> dict[int, Any]:
+def _plans(dense: npt.NDArray[Any], chunk: int) -> dict[int, Any]:
     return {
         axis: plan_layout(
             dense.shape,
@@ -105,14 +107,14 @@ def _plans(dense: np.ndarray, chunk: int) -> dict[int, Any]:
 
 
 @pytest.fixture
-def pieces() -> tuple[np.ndarray, graph.Pieces]:
+def pieces() -> tuple[npt.NDArray[Any], graph.Pieces]:
     dense = random_dense(np.random.default_rng(2), (40, 30), 0.3)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 15), asarray=False)
     return dense, graph.pieces_of_blocks(x)
 
 
 def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
@@ -124,7 +126,7 @@ def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
 
 
 def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     small, large = _plans(dense, 16), _plans(dense, 64)
@@ -134,13 +136,13 @@ def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
 
 
 def test_a_write_graph_holds_no_open_array_and_pickles_small(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
     built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
 
-    def arguments(task: Any) -> Any:
+    def arguments(task: object) -> Iterator[object]:
         if isinstance(task, tuple | list):
             for item in task:
                 yield from arguments(item)
@@ -155,7 +157,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 
 
 def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
