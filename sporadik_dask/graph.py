@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import getitem
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.array as da
 import numpy as np
@@ -31,15 +31,21 @@ from sporadik_dask import tasks
 from sporadik_dask.plan import LayoutPlan
 from sporadik_dask.spec import MAXIMA, LayoutGeometry
 
+if TYPE_CHECKING:
+    from sporadik_dask.read.reader import StoreReader
+
 __all__ = [
     "Pieces",
+    "blockwise_reduction",
     "count_graph",
     "fan_in",
+    "grouped_reduction",
     "pieces_of_blocks",
     "pieces_of_columns",
     "pieces_of_coo",
     "pieces_of_frame",
     "pieces_of_layout",
+    "store_reduction",
     "write_graph",
 ]
 
@@ -282,6 +288,121 @@ def fan_in(
             layer[(name, depth, j)] = (combine, *head, *group)
             level.append((name, depth, j))
     return level[0]
+
+
+# -- reductions ------------------------------------------------------------------------------
+# The numeric kernels live in :mod:`sporadik_dask.reductions` and come in as calls (a function and
+# its leading arguments, as the shuffle's do), so this module never imports that one.
+
+#: Fields of spans or blocks one task of a reduction merges.
+REDUCE_FAN_IN = 8
+
+
+def store_reduction(
+    reader: StoreReader,
+    bounds: npt.NDArray[np.int64],
+    *,
+    label: str,
+    fields: Call,
+    merge: Call,
+    finish: Call,
+    shape: tuple[int, ...],
+    meta: Any,
+) -> da.Array:
+    """A reduction of a store as a one-block dask array: one task per span of positions
+    ``bounds[i]:bounds[i + 1]``, each reading its own runs, merged as :func:`_tree_reduction`.
+
+    ``(*fields, (first, last))`` gives a span's fields; ``merge`` and ``finish`` are as in
+    :func:`_tree_reduction`. Named by the reader (store, layout), the spans and the three calls
+    (the reduction, its target and options), so reductions of other stores, groupings or options
+    share no key.
+    """
+    name = f"{label}-{tokenize(reader, bounds, fields, merge, finish)}"
+    spans = zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    layer = _tree_reduction(name, [(*fields, span) for span in spans], merge, finish)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return _one_block(Delayed(name, graph), shape, meta)
+
+
+def grouped_reduction(
+    x: da.Array,
+    *,
+    label: str,
+    fields: Call,
+    merge: Call,
+    finish: Call,
+    shape: tuple[int, ...],
+    meta: Any,
+) -> da.Array:
+    """A reduction of a dask array's blocks into one whole output (every block may add into any
+    output cell, as a groupby's do), as a one-block dask array merged as :func:`_tree_reduction`.
+
+    ``(*fields, block, offsets)`` gives the fields of a block starting at ``offsets``. Named by
+    the input and the three calls.
+    """
+    name = f"{label}-{tokenize(x, fields, merge, finish)}"
+    layer = _tree_reduction(name, _block_leaves(fields, x.name, x.chunks), merge, finish)
+    graph = HighLevelGraph.from_collections(name, layer, [x])  # type: ignore[list-item]
+    return _one_block(Delayed(name, graph), shape, meta)
+
+
+def _block_leaves(fields: Call, blocks: str, chunks: Sequence[Sequence[int]]) -> list[Call]:
+    """Pure: ``(*fields, block, offsets)`` per block of the array named ``blocks``, in C order."""
+    starts = _offsets(chunks)
+    return [
+        (*fields, (blocks, *index), tuple(starts[axis][i] for axis, i in enumerate(index)))
+        for index in np.ndindex(*(len(c) for c in chunks))
+    ]
+
+
+def _tree_reduction(name: str, leaves: Sequence[Call], merge: Call, finish: Call) -> Layer:
+    """Pure: a reduction whose result is the key ``name``.
+
+    1. Leaf ``i`` is the task ``leaves[i]``, at key ``(name, 0, i)``.
+    2. Their results are merged :data:`REDUCE_FAN_IN` at a time, ``(*merge, *parts)``, level by
+       level (:func:`fan_in`), so no task holds more than a few sets of fields.
+    3. ``(*finish, root)`` makes the result from the merged fields.
+    """
+    layer: Layer = {(name, 0, i): leaf for i, leaf in enumerate(leaves)}
+    root = fan_in(layer, name, list(layer), *merge, width=REDUCE_FAN_IN)
+    layer[name] = (*finish, root)
+    return layer
+
+
+def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
+    """A delayed result as a dask array of one block, of ``meta``'s type and dtype."""
+    array: da.Array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta)
+    return array
+
+
+def blockwise_reduction(
+    x: da.Array,
+    axes: tuple[int, ...],
+    *,
+    chunk: Callable[..., Any],
+    combine: Callable[..., Any],
+    aggregate: Callable[..., Any],
+    dtype: np.dtype[Any],
+    name: str,
+) -> da.Array:
+    """dask's own tree reduction of ``x`` over ``axes`` into numpy blocks, each block handed to
+    ``chunk`` as it is (not concatenated), so ``chunk`` and ``combine`` may return any fields.
+
+    dask names each layer by a token of ``name``, the functions and their arguments.
+    """
+    array: da.Array = da.reduction(
+        x,
+        chunk,
+        aggregate,
+        combine=combine,
+        axis=axes,
+        keepdims=False,
+        dtype=dtype,
+        concatenate=False,
+        meta=np.empty((0,) * (x.ndim - len(axes)), dtype=dtype),
+        name=name,
+    )
+    return array
 
 
 def write_graph(

@@ -368,14 +368,15 @@ def _combine(op: Op, parts: Sequence[Fields | SparseFields]) -> Fields | SparseF
     return merge(op, parts)  # type: ignore[arg-type]
 
 
-def _result(
+def finish_fields(
     op: Op,
-    fields: Fields | SparseFields,
     target: Target,
     dtype: np.dtype[Any],
     skipna: bool,
     ddof: int,
+    fields: Fields | SparseFields,
 ) -> Any:
+    """The reduction from merged fields: numpy shaped as the target, or ``sparse.COO``."""
     if isinstance(fields, SparseFields):
         return finish_sparse(op, fields, target, dtype, skipna=skipna)
     result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
@@ -546,7 +547,7 @@ def _ahead(
             yield a, b, fetched
 
 
-def _store_fields(
+def store_fields(
     reader: Any,
     op: Op,
     target: Target,
@@ -609,8 +610,8 @@ def reduce_store(
     not ``dense`` (sums and means only).
     """
     _layout_for(reader, target, dense).check_whole_read(reader.location)
-    fields = _store_fields(reader, op, target, skipna, dense)
-    return _result(op, fields, target, reader.dtype, skipna, ddof)
+    fields = store_fields(reader, op, target, skipna, dense)
+    return finish_fields(op, target, reader.dtype, skipna, ddof, fields)
 
 
 def reduce_store_dask(
@@ -625,10 +626,7 @@ def reduce_store_dask(
 ) -> Any:
     """:func:`reduce_store` as a dask array: one task per span of the layout's positions (about
     equal in values), their fields added in a tree, so every worker reads its own runs."""
-    from dask.base import tokenize
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
-
+    from sporadik_dask.graph import store_reduction
     from sporadik_dask.plan import partition_bounds
 
     layout = _layout_for(reader, target, dense)
@@ -636,17 +634,16 @@ def reduce_store_dask(
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
-    token = tokenize(reader, op, target.axes, target.grouping, skipna, ddof, dense, bounds)
-    name = f"sporadik-{op}-{token}"
-    layer: dict[Any, Any] = {}
-    level: list[Any] = []
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        key = (name, 0, len(level))
-        layer[key] = (_store_fields, reader, op, target, skipna, dense, (first, last))
-        level.append(key)
-    layer[name] = (_result, op, _tree(layer, name, level, op), target, reader.dtype, skipna, ddof)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
-    return _as_array(Delayed(name, graph), op, target, reader.dtype, dense)
+    return store_reduction(
+        reader,
+        bounds,
+        label=f"sporadik-{op}",
+        fields=(store_fields, reader, op, target, skipna, dense),
+        merge=(merge_fields, op),
+        finish=(finish_fields, op, target, reader.dtype, skipna, ddof),
+        shape=target.out_shape,
+        meta=_meta(op, target, reader.dtype, dense),
+    )
 
 
 def reduce_coo(
@@ -655,10 +652,10 @@ def reduce_coo(
     """``op`` into ``target`` over an in-memory ``sparse.COO``, by its coordinates (no sort)."""
     where, values = target.locate(list(array.coords), np.asarray(array.data))
     fields = _gather(op, target, where, values, skipna, dense)
-    return _result(op, fields, target, array.dtype, skipna, ddof)
+    return finish_fields(op, target, array.dtype, skipna, ddof, fields)
 
 
-def _block_fields(
+def block_fields(
     block: Any,
     op: Op,
     skipna: bool,
@@ -688,7 +685,7 @@ def _coordinates(block: Any) -> tuple[list[npt.NDArray[Any]], npt.NDArray[Any]]:
     return list(nonzero), dense[nonzero]
 
 
-def _combine_fields(
+def combine_fields(
     parts: Any,
     op: Op,
     axis: tuple[int, ...],
@@ -715,7 +712,7 @@ def _combine_fields(
     return combined
 
 
-def _aggregate_fields(
+def aggregate_fields(
     parts: Any,
     op: Op,
     dtype: np.dtype[Any],
@@ -731,7 +728,7 @@ def _aggregate_fields(
         return np.empty(
             (0,) * (parts.ndim - (0 if keepdims else len(axis))), result_dtype(op, dtype)
         )
-    fields = _combine_fields(parts, op, axis)
+    fields = combine_fields(parts, op, axis)
     cells = fields.pop("cells")
     result = finish(op, fields, cells, dtype, skipna=skipna, ddof=ddof)
     return result if keepdims else result.squeeze(axis=axis)
@@ -741,34 +738,38 @@ def reduce_dask(
     x: Any, op: Op, target: Target, *, skipna: bool, ddof: int = 0, dense: bool = True
 ) -> Any:
     """``op`` into ``target`` over a dask array of ``sparse.COO`` blocks, as a dask array of
-    numpy blocks: each block's fields from its coordinates, combined in a tree."""
+    numpy blocks: each block's fields from its coordinates, combined in a tree.
+
+    A grouped or sparse result is one block that every block's fields add into; any other is
+    dask's own reduction over the blocks' fields.
+    """
     from functools import partial
 
-    import dask.array as da
+    from sporadik_dask.graph import blockwise_reduction, grouped_reduction
 
-    dtype = result_dtype(op, x.dtype)
     if target.grouping is not None or not dense:
-        return _grouped_dask(x, op, target, skipna=skipna, ddof=ddof, dense=dense)
-    return da.reduction(
+        return grouped_reduction(
+            x,
+            label=f"sporadik-group-{op}",
+            fields=(offset_fields, op, target, skipna, dense),
+            merge=(merge_fields, op),
+            finish=(finish_fields, op, target, x.dtype, skipna, ddof),
+            shape=target.out_shape,
+            meta=_meta(op, target, x.dtype, dense),
+        )
+    return blockwise_reduction(
         x,
-        partial(_block_fields, op=op, skipna=skipna),
-        partial(_aggregate_fields, op=op, dtype=x.dtype, skipna=skipna, ddof=ddof),
-        combine=partial(_combine_fields, op=op),
-        axis=target.axes,
-        keepdims=False,
-        dtype=dtype,
-        concatenate=False,
-        meta=np.empty((0,) * len(target.kept), dtype=dtype),
+        target.axes,
+        chunk=partial(block_fields, op=op, skipna=skipna),
+        combine=partial(combine_fields, op=op),
+        aggregate=partial(aggregate_fields, op=op, dtype=x.dtype, skipna=skipna, ddof=ddof),
+        dtype=result_dtype(op, x.dtype),
         name=f"sporadik-{op}",
     )
 
 
-#: Block fields a grouped reduction adds together in one task.
-GROUP_FAN_IN = 8
-
-
-def _offset_fields(
-    block: Any, offsets: tuple[int, ...], op: Op, target: Target, skipna: bool, dense: bool
+def offset_fields(
+    op: Op, target: Target, skipna: bool, dense: bool, block: Any, offsets: tuple[int, ...]
 ) -> Fields | SparseFields:
     """One block's fields over the whole grouped target, its coordinates made global."""
     coords, values = _coordinates(block)
@@ -777,49 +778,16 @@ def _offset_fields(
     return _gather(op, target, where, values, skipna, dense)
 
 
-def _merge_fields(op: Op, *parts: Fields | SparseFields) -> Fields | SparseFields:
+def merge_fields(op: Op, *parts: Fields | SparseFields) -> Fields | SparseFields:
+    """Fields of several pieces (blocks, spans of runs), dense or sparse, combined."""
     return _combine(op, parts)
 
 
-def _grouped_dask(
-    x: Any, op: Op, target: Target, *, skipna: bool, ddof: int, dense: bool = True
-) -> Any:
-    """A grouped reduction of dask blocks: every block adds into the whole (groups, kept)
-    output, so the blocks' fields are added in a tree and the result is one block."""
-    from dask.base import tokenize
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
-
-    token = tokenize(x, op, target.axes, target.grouping, skipna, ddof, dense)
-    name = f"sporadik-group-{op}-{token}"
-    starts = [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist() for c in x.chunks]
-    layer: dict[Any, Any] = {}
-    level: list[Any] = []
-    for index in np.ndindex(*x.numblocks):
-        offsets = tuple(starts[a][i] for a, i in enumerate(index))
-        key = (name, 0, len(level))
-        layer[key] = (_offset_fields, (x.name, *index), offsets, op, target, skipna, dense)
-        level.append(key)
-    layer[name] = (_result, op, _tree(layer, name, level, op), target, x.dtype, skipna, ddof)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[x])
-    return _as_array(Delayed(name, graph), op, target, x.dtype, dense)
-
-
-def _tree(layer: dict[Any, Any], name: str, level: list[Any], op: Op) -> Any:
-    """Tasks merging the fields of ``level``, :data:`GROUP_FAN_IN` at a time; the root's key."""
-    from sporadik_dask.graph import fan_in
-
-    return fan_in(layer, name, level, _merge_fields, op, width=GROUP_FAN_IN)
-
-
-def _as_array(result: Any, op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:
-    """A delayed result as a dask array of one block: numpy, or ``sparse.COO`` if not dense."""
-    import dask.array as da
-
-    out = result_dtype(op, dtype)
-    meta: Any = np.empty((0,) * len(target.out_shape), out)
+def _meta(op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:
+    """An empty result: numpy, or ``sparse.COO`` if not dense."""
+    meta: Any = np.empty((0,) * len(target.out_shape), result_dtype(op, dtype))
     if not dense:
         import sparse
 
         meta = sparse.COO.from_numpy(meta)
-    return da.from_delayed(result, target.out_shape, dtype=out, meta=meta)
+    return meta

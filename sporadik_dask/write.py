@@ -15,6 +15,7 @@ import zarr
 from dask.base import DaskMethodsMixin
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
+from dask.typing import Key
 
 from sporadik_dask.budgets import partition_values
 from sporadik_dask.describe import StoreDescription, describe
@@ -60,7 +61,7 @@ class StoreWrite(DaskMethodsMixin):
     def __init__(
         self,
         graph: HighLevelGraph,
-        keys: list[Hashable],
+        keys: list[Key],
         store: Any,
         block: Block,
         location: str,
@@ -72,7 +73,7 @@ class StoreWrite(DaskMethodsMixin):
     def __dask_graph__(self) -> HighLevelGraph:
         return self._graph
 
-    def __dask_keys__(self) -> list[Hashable]:
+    def __dask_keys__(self) -> list[Key]:
         return self._keys
 
     def __dask_layers__(self) -> tuple[str, ...]:

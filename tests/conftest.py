@@ -6,15 +6,20 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from tests.helpers import S3Bucket
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
+def client() -> Iterator[Client]:
     """A client of a 2-process cluster whose workers can import this test package."""
     from distributed import Client, LocalCluster
 
@@ -31,7 +36,7 @@ def client() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[dict[str, Any]]:
+def s3() -> Iterator[S3Bucket]:
     """A bucket on a moto server started here, and the storage_options that reach it."""
     from sporadik_dask.testing import LoopbackS3
 

@@ -5,31 +5,42 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 import sporadik
-from zarr.abc.store import ByteRequest
-from zarr.storage import MemoryStore, WrapperStore
+import xarray as xr
+import zarr
+from zarr.abc.store import ByteRequest, Store
+from zarr.storage import MemoryStore, StoreLike, WrapperStore
 
 from sporadik_dask.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 
 
+class S3Bucket(TypedDict):
+    """What the ``s3`` fixture gives: a bucket's name and the ``storage_options`` reaching it."""
+
+    storage_options: dict[str, Any]
+    bucket: str
+
+
 def random_dense(
-    rng: np.random.Generator, shape: Sequence[int], density: float, dtype: Any = np.float32
-) -> np.ndarray:
+    rng: np.random.Generator,
+    shape: Sequence[int],
+    density: float,
+    dtype: npt.DTypeLike = np.float32,
+) -> npt.NDArray[Any]:
     """A dense array with about ``density`` of its cells nonzero, values never zero."""
     values = rng.integers(1, 100, size=tuple(shape)).astype(dtype)
     return np.where(rng.random(tuple(shape)) < density, values, 0).astype(dtype)
 
 
-def labelled(data: Any) -> Any:
+def labelled(data: Any) -> xr.DataArray:
     """A (6, 4) DataArray over ``data`` with dims, coordinates, a name and attrs to round-trip."""
-    import xarray as xr
-
     return xr.DataArray(
         data,
         dims=("cell", "gene"),
@@ -39,7 +50,9 @@ def labelled(data: Any) -> Any:
     )
 
 
-def reference_layout(dense: np.ndarray, axis: int, index_order: Sequence[int]) -> sporadik.Layout:
+def reference_layout(
+    dense: npt.NDArray[Any], axis: int, index_order: Sequence[int]
+) -> sporadik.Layout:
     """The layout of ``dense`` making ``axis`` contiguous, raveled over ``index_order``."""
     moved = np.transpose(dense, (axis, *index_order))
     matrix = sp.csr_matrix(moved.reshape(dense.shape[axis], math.prod(moved.shape[1:])))
@@ -56,8 +69,8 @@ def reference_layout(dense: np.ndarray, axis: int, index_order: Sequence[int]) -
 
 def write_reference(
     path: Path,
-    dense: np.ndarray,
-    orders: dict[int, Sequence[int]],
+    dense: npt.NDArray[Any],
+    orders: Mapping[int, Sequence[int]],
     *,
     byte_addressable: bool = False,
     maxima: bool = True,
@@ -85,18 +98,18 @@ def block_of(document: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
-class RecordingStore(WrapperStore[Any]):
+class RecordingStore(WrapperStore[Store]):
     """A real store that records every key read and written, and can fail one write like a full
     disk does."""
 
-    def __init__(self, store: Any, fail_on: str | None = None) -> None:
+    def __init__(self, store: Store, fail_on: str | None = None) -> None:
         super().__init__(store)
         self.reads: list[str] = []
         self.writes: list[str] = []
         self.documents: list[dict[str, Any]] = []
         self.fail_on = fail_on
 
-    def _with_store(self, store: Any) -> RecordingStore:
+    def _with_store(self, store: Store) -> RecordingStore:
         wrapped = type(self)(store, self.fail_on)
         wrapped.reads, wrapped.writes, wrapped.documents = self.reads, self.writes, self.documents
         return wrapped
@@ -108,11 +121,11 @@ class RecordingStore(WrapperStore[Any]):
         return await self._store.get(key, prototype, byte_range)
 
     async def get_partial_values(
-        self, prototype: BufferPrototype, key_ranges: Any
+        self, prototype: BufferPrototype, key_ranges: Iterable[tuple[str, ByteRequest | None]]
     ) -> list[Buffer | None]:
         key_ranges = list(key_ranges)
         self.reads.extend(key for key, _ in key_ranges)
-        return await self._store.get_partial_values(prototype, key_ranges)  # type: ignore[no-any-return]
+        return await self._store.get_partial_values(prototype, key_ranges)
 
     async def set(self, key: str, value: Buffer) -> None:
         if key == self.fail_on:
@@ -121,6 +134,34 @@ class RecordingStore(WrapperStore[Any]):
         if key == "zarr.json":
             self.documents.append(json.loads(value.to_bytes()))
         await self._store.set(key, value)
+
+
+def zarr_array(group: zarr.Group, name: str) -> zarr.Array[Any]:
+    """The zarr array ``name`` inside ``group`` (indexing a group may also give a group)."""
+    array = group[name]
+    assert isinstance(array, zarr.Array), f"{name!r} is a {type(array).__name__}"
+    return array
+
+
+def zarr_group(group: zarr.Group, name: str) -> zarr.Group:
+    """The zarr group ``name`` inside ``group`` (indexing a group may also give an array)."""
+    member = group[name]
+    assert isinstance(member, zarr.Group), f"{name!r} is a {type(member).__name__}"
+    return member
+
+
+def stored(group: zarr.Group, name: str) -> npt.NDArray[Any]:
+    """Every value of the zarr array ``name`` inside ``group``, as numpy."""
+    return np.asarray(zarr_array(group, name)[:])
+
+
+def open_dataset(store: StoreLike, **kwargs: Any) -> xr.Dataset:
+    """``xr.open_dataset(store, engine="sporadik", **kwargs)`` for any zarr store.
+
+    xarray annotates ``filename_or_obj`` with paths, buffers and its own data stores only, yet
+    hands any other object to the engine, and ours opens zarr stores.
+    """
+    return xr.open_dataset(store, engine="sporadik", **kwargs)  # type: ignore[arg-type]
 
 
 def memory_copy(path: Path) -> MemoryStore:

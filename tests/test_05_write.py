@@ -12,6 +12,7 @@ import anndata
 import dask
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import scipy.sparse as sp
 import sparse
@@ -21,20 +22,23 @@ import zarr
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, labelled, random_dense
+from tests.helpers import RecordingStore, labelled, random_dense, stored, zarr_array, zarr_group
 
 
-def read_back(path: Path) -> np.ndarray:
+def read_back(path: Path) -> npt.NDArray[Any]:
     """The array the reference reads from ``path``, dense."""
     with sporadik.open_array(path) as store:
         return store.to_array().to_dense()
 
 
-def _dask_sparse(dense: np.ndarray, chunks: Any) -> Any:
-    return da.from_array(sparse.COO.from_numpy(dense), chunks=chunks, asarray=False)
+def _dask_sparse(dense: npt.NDArray[Any], chunks: tuple[int, ...]) -> da.Array:
+    array: da.Array = da.from_array(sparse.COO.from_numpy(dense), chunks=chunks, asarray=False)
+    return array
 
 
-def _columns(dense: np.ndarray, chunks: Any) -> Any:
+def _columns(
+    dense: npt.NDArray[Any], chunks: tuple[int, ...]
+) -> tuple[da.Array, tuple[da.Array, ...]]:
     found = np.nonzero(dense)
     step = max(len(found[0]) // 3, 1)
     return (
@@ -43,10 +47,13 @@ def _columns(dense: np.ndarray, chunks: Any) -> Any:
     )
 
 
-INPUTS: dict[str, Callable[[np.ndarray, Any], Any]] = {
+#: Each input kind ``to_sporadik`` takes, made from a dense array and dask chunks.
+INPUTS: dict[str, Callable[[npt.NDArray[Any], tuple[int, ...]], Any]] = {
     "dask array of sparse.COO chunks": _dask_sparse,
-    "dask array of GCXS chunks": lambda d, c: _dask_sparse(d, c).map_blocks(
-        lambda b: b.asformat("gcxs"), meta=sparse.GCXS.from_numpy(np.zeros((0,) * d.ndim, d.dtype))
+    "dask array of GCXS chunks": lambda d, c: da.map_blocks(
+        lambda b: b.asformat("gcxs"),
+        _dask_sparse(d, c),
+        meta=sparse.GCXS.from_numpy(np.zeros((0,) * d.ndim, d.dtype)),
     ),
     "dask array of numpy chunks": lambda d, c: da.from_array(d, chunks=c),
     "coordinate columns": _columns,
@@ -110,12 +117,12 @@ def test_rank_two_arrays_equal_what_anndata_writes(tmp_path: Path) -> None:
     anndata.io.write_elem(group, "csc", matrix.tocsc())
     ours = zarr.open_group(tmp_path / "ours.zarr", mode="r")
     for axis, name in ((0, "csr"), (1, "csc")):
-        layout = ours[f"layouts/axis{axis}"]
-        assert dict(layout.attrs) == dict(group[name].attrs)
+        layout, written = zarr_group(ours, f"layouts/axis{axis}"), zarr_group(group, name)
+        assert dict(layout.attrs) == dict(written.attrs)
         for array in ("data", "indices", "indptr"):
-            mine, theirs = layout[array], group[name][array]
+            mine, theirs = zarr_array(layout, array), zarr_array(written, array)
             assert mine.dtype == theirs.dtype, array
-            np.testing.assert_array_equal(mine[:], theirs[:])
+            np.testing.assert_array_equal(stored(layout, array), stored(written, array))
         read = anndata.io.read_elem(layout)
         np.testing.assert_array_equal(read.toarray(), dense)
 
@@ -250,10 +257,11 @@ def test_the_store_being_read_is_never_the_target(tmp_path: Path, opened: str) -
     path = tmp_path / "s.zarr"
     dense = random_dense(np.random.default_rng(20), (30, 20), 0.2)
     sd.to_sporadik(dense, path)
+    x: da.Array | xr.DataArray
     if opened == "from_sporadik":
         x = sd.from_sporadik(path)
     else:
-        chunks = {} if "chunks" in opened else None
+        chunks: dict[str, int] | None = {} if "chunks" in opened else None
         ds = xr.open_dataset(path, engine="sporadik", chunks=chunks)
         x = ds[next(iter(ds.data_vars))]
     with pytest.raises(sd.StoreExistsError, match="writing there would delete the input"):
@@ -268,7 +276,7 @@ def test_a_memory_store_holding_another_group_is_never_replaced() -> None:
     zarr.open_group(store, mode="w", zarr_format=2).create_array("a", data=np.arange(3))
     with pytest.raises(sd.StoreExistsError, match="'a'"):
         sd.to_sporadik(np.eye(5), store, overwrite=True)
-    assert zarr.open_group(store, mode="r")["a"][:].tolist() == [0, 1, 2]
+    assert stored(zarr.open_group(store, mode="r"), "a").tolist() == [0, 1, 2]
     empty = zarr.storage.MemoryStore()
     assert sd.to_sporadik(np.eye(5), empty).nnz == 5
     with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
@@ -312,7 +320,7 @@ def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: P
         "attrs": {"units": "reads"},
         "coords": ["cell", "gene"],
     }
-    assert list(root["coords/gene"][:]) == ["a", "b", "c", "d"]
+    assert list(stored(root, "coords/gene")) == ["a", "b", "c", "d"]
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
 
 

@@ -65,6 +65,7 @@ def test_convert_on_a_cluster_shows_progress_on_a_terminal(tmp_path: Path, clien
 
     matrix = sp.random(300, 200, density=0.1, format="csr", random_state=7, dtype=np.float64)
     sp.save_npz(tmp_path / "m.npz", matrix)
+    assert client.scheduler is not None and client.scheduler.address is not None  # connected
     address = client.scheduler.address
     command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(tmp_path / "m.npz")]
     status, printed = run_on_terminal(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import xarray as xr
@@ -21,16 +22,24 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from sporadik_dask.backend.entrypoint import SporadikBackendEntrypoint
-from tests.helpers import RecordingStore, labelled, random_dense, write_reference
+from tests.helpers import (
+    RecordingStore,
+    labelled,
+    open_dataset,
+    random_dense,
+    stored,
+    write_reference,
+    zarr_array,
+)
 
 
-def outer(dense: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+def outer(dense: npt.NDArray[Any], key: tuple[Any, ...]) -> npt.NDArray[Any]:
     """``key`` applied to ``dense`` one axis at a time (xarray's outer indexing)."""
     result = dense
     dropped = []
     for axis, part in enumerate(key):
         if isinstance(part, (int, np.integer)):
-            result = np.take(result, [part], axis=axis)
+            result = np.take(result, [int(part)], axis=axis)
             dropped.append(axis)
         elif isinstance(part, slice):
             result = result[(slice(None),) * axis + (part,)]
@@ -62,7 +71,7 @@ def indexer(size: int, backwards: bool = True) -> st.SearchStrategy[Any]:
 @st.composite
 def stores(
     draw: st.DrawFn, backwards: bool = True
-) -> tuple[np.ndarray, dict[int, tuple[int, ...]], tuple[Any, ...]]:
+) -> tuple[npt.NDArray[Any], dict[int, tuple[int, ...]], tuple[Any, ...]]:
     rank = draw(st.integers(2, 4))
     shape = tuple(draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
     axes = draw(st.sets(st.integers(0, rank - 1), min_size=1))
@@ -184,7 +193,7 @@ def test_auto_chunks_balance_values_along_the_indexed_axis(tmp_path: Path) -> No
     np.testing.assert_array_equal(x.compute().todense(), dense)
 
 
-def _store(tmp_path: Path, orders: dict[int, tuple[int, ...]]) -> tuple[Path, np.ndarray]:
+def _store(tmp_path: Path, orders: dict[int, tuple[int, ...]]) -> tuple[Path, npt.NDArray[Any]]:
     dense = random_dense(np.random.default_rng(2), (300, 200), 0.1)
     return write_reference(tmp_path / "s.zarr", dense, orders, chunk=256), dense
 
@@ -192,7 +201,7 @@ def _store(tmp_path: Path, orders: dict[int, tuple[int, ...]]) -> tuple[Path, np
 def test_opening_with_xarray_reads_metadata_documents_only(tmp_path: Path) -> None:
     path, _ = _store(tmp_path, {0: (1,), 1: (0,)})
     store = RecordingStore(LocalStore(path, read_only=True))
-    ds = xr.open_dataset(store, engine="sporadik")
+    ds = open_dataset(store)
     assert ds["data"].shape == (300, 200)
     assert store.reads and all(key.endswith("zarr.json") for key in store.reads), store.reads
 
@@ -291,11 +300,11 @@ def test_a_reader_pickles_as_a_location_and_reads_inside_an_event_loop(tmp_path:
     reader = sd.StoreReader(path)
     reader.read((0,))
     assert reader._opened is not None
-    copy = pickle.loads(pickle.dumps(reader))
+    copy: sd.StoreReader = pickle.loads(pickle.dumps(reader))
     assert copy._opened is None
 
-    async def in_a_notebook_cell() -> np.ndarray:
-        return copy.read((slice(None), 3)).todense()
+    async def in_a_notebook_cell() -> npt.NDArray[Any]:
+        return np.asarray(copy.read((slice(None), 3)).todense())
 
     np.testing.assert_array_equal(asyncio.run(in_a_notebook_cell()), dense[:, 3])
 
@@ -351,7 +360,7 @@ def test_totals_read_values_and_indptr_and_never_an_index(tmp_path: Path) -> Non
     dense = random_dense(np.random.default_rng(4), (300, 200), 0.1)
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=16)
     store = RecordingStore(LocalStore(path, read_only=True))
-    opened = xr.open_dataset(store, engine="sporadik")["data"]
+    opened = open_dataset(store)["data"]
     store.reads.clear()
     per_gene = opened.sporadik.totals("dim_1")
     np.testing.assert_allclose(per_gene, dense.sum(axis=0, dtype=np.float64), rtol=1e-6)
@@ -427,12 +436,17 @@ def test_runs_a_writer_left_unsorted_read_in_c_order(tmp_path: Path, axis: int) 
     path = tmp_path / "s.zarr"
     sd.to_sporadik(dense, path, axes=(axis,), chunk=64)
     layout = zarr.open_group(path / "layouts" / f"axis{axis}", mode="r+")
-    indptr, indices, data = (layout[n][:] for n in ("indptr", "indices", "data"))
+    indptr, indices, data = (stored(layout, n) for n in ("indptr", "indices", "data"))
     for lo, hi in itertools.pairwise(indptr):  # every run reversed
         indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
-    layout["indices"][:], layout["data"][:] = indices, data
+    zarr_array(layout, "indices")[:], zarr_array(layout, "data")[:] = indices, data
     reader = sd.StoreReader(path)
-    for key in [(slice(None), slice(None)), ([3, 1, 7], slice(2, 20)), (slice(None), [0, 29, 5])]:
+    keys: list[tuple[slice | list[int], slice | list[int]]] = [
+        (slice(None), slice(None)),
+        ([3, 1, 7], slice(2, 20)),
+        (slice(None), [0, 29, 5]),
+    ]
+    for key in keys:
         result = reader.read(key)
         linear = np.ravel_multi_index(tuple(result.coords), result.shape)
         assert np.all(np.diff(linear) > 0)  # C order, as sparse.COO(sorted=True) promises

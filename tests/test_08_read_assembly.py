@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from sporadik_dask.read import Selection
@@ -22,7 +23,9 @@ class Geometry(LayoutGeometry):
     index_order: tuple[int, ...]
 
 
-def runs_of(dense: np.ndarray, geometry: Geometry, positions: np.ndarray) -> tuple[Any, ...]:
+def runs_of(
+    dense: npt.NDArray[Any], geometry: Geometry, positions: npt.NDArray[Any]
+) -> tuple[Any, ...]:
     """A layout's runs of ``positions``, made in memory: lengths, indices and values."""
     moved = np.transpose(dense, (geometry.indexed_axis, *geometry.index_order))
     flat = moved.reshape(dense.shape[geometry.indexed_axis], math.prod(geometry.index_shape))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 from hypothesis import given, settings
@@ -22,7 +23,7 @@ CASES = {2: ((7, 6), "float32"), 3: ((5, 6, 4), "int64"), 4: ((4, 3, 5, 3), "uin
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[np.ndarray, Path]]:
+def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[npt.NDArray[Any], Path]]:
     """One store per rank, every axis a layout, zarr chunks of 4 values (runs cross them)."""
     made = {}
     for rank, (shape, dtype) in CASES.items():
@@ -46,14 +47,14 @@ def indexers(size: int) -> st.SearchStrategy[Any]:
     )
 
 
-def outer(dense: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+def outer(dense: npt.NDArray[Any], key: tuple[Any, ...]) -> npt.NDArray[Any]:
     """numpy's answer: each axis indexed on its own (``np.ix_``), integer axes dropped."""
     per_axis = [np.arange(size)[part] for part, size in zip(key, dense.shape, strict=True)]
-    result = dense[np.ix_(*[np.atleast_1d(p) for p in per_axis])]
+    result: npt.NDArray[Any] = dense[np.ix_(*[np.atleast_1d(p) for p in per_axis])]
     return result.reshape([n for n, p in zip(result.shape, per_axis, strict=True) if np.ndim(p)])
 
 
-def check(result: Any, expected: np.ndarray) -> None:
+def check(result: Any, expected: npt.NDArray[Any]) -> None:
     if expected.ndim == 0:
         assert np.ndim(result) == 0 and result == expected
         assert np.asarray(result).dtype == expected.dtype
@@ -68,7 +69,7 @@ def check(result: Any, expected: np.ndarray) -> None:
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
-    stores: dict[int, tuple[np.ndarray, Path]], data: st.DataObject
+    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
 ) -> None:
     dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
     key = tuple(data.draw(indexers(size), label=f"axis {a}") for a, size in enumerate(dense.shape))
@@ -84,7 +85,7 @@ def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
-    stores: dict[int, tuple[np.ndarray, Path]], data: st.DataObject
+    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
 ) -> None:
     dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
     given_axes = data.draw(st.integers(0, dense.ndim), label="axes given")
@@ -98,7 +99,7 @@ def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_pointwise_indexing_reads_numpys_vectorized_indexing(
-    stores: dict[int, tuple[np.ndarray, Path]], data: st.DataObject
+    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
 ) -> None:
     dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
     shape = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2), label="points' shape"))

@@ -14,7 +14,7 @@ from tests.helpers import random_dense
 
 def _description(tmp_path: Path, chunk: int = 10) -> sd.StoreDescription:
     dense = random_dense(np.random.default_rng(0), (40, 30), 0.5)
-    return sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=chunk)  # type: ignore[return-value]
+    return sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=chunk)
 
 
 def test_run_chunks_lists_every_chunk_a_nonempty_run_touches_once() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import anndata
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 import scipy.sparse as sp
@@ -23,10 +24,10 @@ import zarr
 
 import sporadik_dask as sd
 from sporadik_dask.cli import main
-from tests.helpers import random_dense, write_reference
+from tests.helpers import S3Bucket, random_dense, stored, write_reference
 
 
-def read_back(path: Path) -> np.ndarray:
+def read_back(path: Path) -> npt.NDArray[Any]:
     with sporadik.open_array(path) as store:
         return store.to_array().to_dense()
 
@@ -46,8 +47,9 @@ def test_anndata_files_convert_with_names_as_coordinates(
     assert main(["convert", str(source), str(tmp_path / "out.zarr"), "--quiet"]) == 0
     np.testing.assert_array_equal(read_back(tmp_path / "out.zarr"), dense)
     root = zarr.open_group(tmp_path / "out.zarr", mode="r")
-    assert root.attrs["xarray"]["dims"] == ["obs", "var"]
-    assert list(root["coords/var"][:3]) == ["gene0", "gene1", "gene2"]
+    xarray_attrs = root.attrs["xarray"]
+    assert isinstance(xarray_attrs, dict) and xarray_attrs["dims"] == ["obs", "var"]
+    assert list(stored(root, "coords/var")[:3]) == ["gene0", "gene1", "gene2"]
 
 
 def test_anndata_obs_and_var_columns_become_coordinates_to_group_by(tmp_path: Path) -> None:
@@ -406,7 +408,7 @@ def test_info_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
 
 
 def test_convert_info_and_validate_reach_an_s3_bucket(
-    tmp_path: Path, s3: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, s3: S3Bucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
     options = ["--storage-options", json.dumps(s3["storage_options"])]
     prefix = f"s3://{s3['bucket']}/{uuid.uuid4().hex}"
@@ -432,7 +434,7 @@ def test_convert_info_and_validate_reach_an_s3_bucket(
 
 
 def test_s3_without_credentials_is_one_line(
-    s3: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    s3: S3Bucket, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)

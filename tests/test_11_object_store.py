@@ -15,17 +15,18 @@ import numpy as np
 import pytest
 import sparse
 import xarray as xr
+from zarr.storage import StoreLike
 
 import sporadik_dask as sd
 from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
-from tests.helpers import random_dense
+from tests.helpers import S3Bucket, open_dataset, random_dense, stored
 
 
-def _url(s3: dict[str, Any]) -> str:
+def _url(s3: S3Bucket) -> str:
     return f"s3://{s3['bucket']}/{uuid.uuid4().hex}/counts.zarr"
 
 
-def test_a_store_written_to_s3_reads_back_through_every_reader(s3: dict[str, Any]) -> None:
+def test_a_store_written_to_s3_reads_back_through_every_reader(s3: S3Bucket) -> None:
     dense = random_dense(np.random.default_rng(0), (90, 60), 0.2)
     url, options = _url(s3), s3["storage_options"]
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
@@ -39,7 +40,7 @@ def test_a_store_written_to_s3_reads_back_through_every_reader(s3: dict[str, Any
     np.testing.assert_array_equal(y.compute().todense(), dense)
 
 
-def test_a_torn_upload_in_s3_is_refused(s3: dict[str, Any]) -> None:
+def test_a_torn_upload_in_s3_is_refused(s3: S3Bucket) -> None:
     url, options = _url(s3), s3["storage_options"]
     write = sd.to_sporadik(
         np.eye(20, dtype=np.float32), url, storage_options=options, compute=False
@@ -51,7 +52,7 @@ def test_a_torn_upload_in_s3_is_refused(s3: dict[str, Any]) -> None:
     assert sd.describe(url, storage_options=options).nnz == 20
 
 
-def test_cluster_workers_write_straight_into_the_bucket(s3: dict[str, Any], tmp_path: Path) -> None:
+def test_cluster_workers_write_straight_into_the_bucket(s3: S3Bucket, tmp_path: Path) -> None:
     from distributed import Client, LocalCluster
 
     dense = random_dense(np.random.default_rng(1), (80, 50), 0.2)
@@ -75,7 +76,9 @@ def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
         yield server, proxy
 
 
-def _stores(server: LoopbackS3, proxy: S3Proxy, kind: str, **retries: Any) -> tuple[Any, dict]:
+def _stores(
+    server: LoopbackS3, proxy: S3Proxy, kind: str, **retries: Any
+) -> tuple[StoreLike, dict[str, Any]]:
     """A fresh store location through the proxy, as a URL with options or an obstore store."""
     prefix = f"{uuid.uuid4().hex}/counts.zarr"
     if kind == "fsspec":
@@ -96,11 +99,11 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
             sd.to_sporadik(dense, store, chunk=64, **options)
         with proxy.counting() as read:
             values = sd.from_sporadik(store, axis=1, **options).compute().todense()
-            ds = xr.open_dataset(store, engine="sporadik", **options)
+            ds = open_dataset(store, **options)
             name = next(iter(ds.data_vars))
             columns = ds[name].isel(dim_1=[0, 45, 89]).data.todense()
             totals = ds[name].sporadik.totals("dim_1")
-            chunked = xr.open_dataset(store, engine="sporadik", chunks={}, **options)[name]
+            chunked = open_dataset(store, chunks={}, **options)[name]
             per_row = chunked.sum("dim_1", skipna=False).compute().values
     assert written.failed > 5 and read.failed > 2  # faults were met, and retried past
     np.testing.assert_array_equal(values, dense)
@@ -123,7 +126,7 @@ def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
     with proxy.failing(Faults(paths=r"layouts/axis1/data/c/2$", methods=("GET",))):
         with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
             sd.from_sporadik(store, axis=1, **options).compute()
-        ds = xr.open_dataset(store, engine="sporadik", **options)
+        ds = open_dataset(store, **options)
         with pytest.raises(sd.FetchError):
             _ = ds[next(iter(ds.data_vars))].isel(dim_1=list(range(0, 80, 2))).data
         with pytest.raises(sd.FetchError, match=r"layouts/axis1/data/c/2"):
@@ -143,7 +146,7 @@ def test_requests_per_operation_are_counted_at_the_store(
     store, _ = _stores(server, proxy, "obstore")
     sd.to_sporadik(dense, store, chunk=128)
     with proxy.counting() as opened:
-        ds = xr.open_dataset(store, engine="sporadik")
+        ds = open_dataset(store)
     paths = [path for _, path in opened.log]
     assert paths and all(path.endswith("zarr.json") for path in paths), paths
     counts = ds[next(iter(ds.data_vars))]
@@ -193,7 +196,7 @@ def test_a_chunk_zarr_itself_decodes_also_raises_when_it_cannot_be_fetched(
     store, _ = _stores(server, proxy, "obstore")
     sd.to_sporadik(dense, store, axes=(1,), chunk=64)
     layout = zarr.open_group(store, mode="r+", path="layouts/axis1")
-    values = layout["data"][:]
+    values = stored(layout, "data")
     del layout["data"]
     layout.create_array("data", data=values, chunks=(64,), compressors=GzipCodec(), fill_value=0)
     np.testing.assert_array_equal(sd.from_sporadik(store, axis=1).compute().todense(), dense)

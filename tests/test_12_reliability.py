@@ -12,11 +12,12 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import sporadik
@@ -26,6 +27,9 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from tests.helpers import RecordingStore, random_dense, write_reference
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 class KillingStore(LocalStore):
@@ -47,7 +51,7 @@ class KillingStore(LocalStore):
         await super().set(key, value)
 
 
-def _input(seed: int = 0) -> tuple[np.ndarray, Any]:
+def _input(seed: int = 0) -> tuple[npt.NDArray[Any], Any]:
     dense = random_dense(np.random.default_rng(seed), (120, 80), 0.2)
     return dense, da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 40), asarray=False)
 
@@ -62,7 +66,7 @@ def _objects(path: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_write_leaves_a_correct_store_or_none(
-    tmp_path: Path, client: Any
+    tmp_path: Path, client: Client
 ) -> None:
     dense, x = _input()
     path, marker = tmp_path / "s.zarr", tmp_path / "killed"
@@ -139,7 +143,7 @@ def _set(document: Any, path: tuple[Any, ...], value: Any, delete: bool) -> None
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, npt.NDArray[Any]]:
     dense = random_dense(np.random.default_rng(5), (40, 30), 0.2)
     path = write_reference(
         tmp_path_factory.mktemp("p") / "s.zarr", dense, {0: (1,), 1: (0,)}, chunk=64
@@ -148,8 +152,8 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray
 
 
 def _copy(
-    pristine: tuple[Path, np.ndarray], factory: pytest.TempPathFactory
-) -> tuple[Path, np.ndarray]:
+    pristine: tuple[Path, npt.NDArray[Any]], factory: pytest.TempPathFactory
+) -> tuple[Path, npt.NDArray[Any]]:
     """A copy of the pristine store to corrupt, and the values it holds."""
     source, dense = pristine
     path = factory.mktemp("mutant") / "s.zarr"
@@ -157,7 +161,7 @@ def _copy(
     return path, dense
 
 
-def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: np.ndarray) -> None:
+def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: npt.NDArray[Any]) -> None:
     """Refused with a message (by ``validate`` or a read), or the true values."""
     try:
         sd.validate(path)
@@ -184,7 +188,7 @@ FUZZ_EXAMPLES = int(os.environ.get("SPORADIK_FUZZ_EXAMPLES", "150"))
 )
 @given(data=st.data())
 def test_a_mutated_metadata_document_is_refused_or_read_correctly(
-    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
+    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, npt.NDArray[Any]], data: Any
 ) -> None:
     path, dense = _copy(pristine, tmp_path_factory)
     documents = sorted(path.rglob("zarr.json"))
@@ -203,7 +207,7 @@ def test_a_mutated_metadata_document_is_refused_or_read_correctly(
 )
 @given(data=st.data())
 def test_a_truncated_or_deleted_chunk_object_is_refused_flagged_or_read_correctly(
-    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, np.ndarray], data: Any
+    tmp_path_factory: pytest.TempPathFactory, pristine: tuple[Path, npt.NDArray[Any]], data: Any
 ) -> None:
     path, dense = _copy(pristine, tmp_path_factory)
     chunks = sorted(f for f in path.rglob("c/*") if f.is_file())

@@ -10,9 +10,11 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anndata
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 import scipy.io
@@ -25,7 +27,7 @@ from sporadik_dask import tables
 from sporadik_dask.cli import main
 
 
-def read_back(path: Path) -> np.ndarray:
+def read_back(path: Path) -> npt.NDArray[Any]:
     with sporadik.open_array(path) as store:
         return store.to_array().to_dense()
 

@@ -1,19 +1,22 @@
-"""The graph builders, read without computing: keys, dependencies and names are what a shuffle and
-a write need, and two different writes share no key."""
+"""The graph builders, read without computing: keys, dependencies and names are what a shuffle, a
+write and a reduction need, and two different writes or reductions share no key."""
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import zarr
 
-from sporadik_dask import graph, tasks
+import sporadik_dask as sd
+from sporadik_dask import graph, reductions, tasks
 from sporadik_dask.plan import plan_layout
 from sporadik_dask.write import create_layout
 from tests.helpers import random_dense
@@ -89,7 +92,7 @@ def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.Arr
     }
 
 
-def _plans(dense: np.ndarray, chunk: int) -> dict[int, Any]:
+def _plans(dense: npt.NDArray[Any], chunk: int) -> dict[int, Any]:
     return {
         axis: plan_layout(
             dense.shape,
@@ -105,14 +108,14 @@ def _plans(dense: np.ndarray, chunk: int) -> dict[int, Any]:
 
 
 @pytest.fixture
-def pieces() -> tuple[np.ndarray, graph.Pieces]:
+def pieces() -> tuple[npt.NDArray[Any], graph.Pieces]:
     dense = random_dense(np.random.default_rng(2), (40, 30), 0.3)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 15), asarray=False)
     return dense, graph.pieces_of_blocks(x)
 
 
 def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
@@ -124,7 +127,7 @@ def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
 
 
 def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     small, large = _plans(dense, 16), _plans(dense, 64)
@@ -134,13 +137,13 @@ def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
 
 
 def test_a_write_graph_holds_no_open_array_and_pickles_small(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
     built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
 
-    def arguments(task: Any) -> Any:
+    def arguments(task: object) -> Iterator[object]:
         if isinstance(task, tuple | list):
             for item in task:
                 yield from arguments(item)
@@ -155,7 +158,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 
 
 def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
-    tmp_path: Path, pieces: tuple[np.ndarray, graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
@@ -184,3 +187,64 @@ def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None
     assert len(here.keys) == 2 and here.keys[0] != there.keys[0]
     task = here.graph.layers[here.keys[0][0]][here.keys[0]]
     np.testing.assert_array_equal(task[3], [0, 1, 3])
+
+
+def _keys(x: da.Array) -> set[Any]:
+    return set(x.__dask_graph__().keys())
+
+
+def _target(shape: tuple[int, ...], seed: int | None = None) -> reductions.Target:
+    """The target of a reduction over axis 1 of ``shape``, grouping axis 0 by ``seed``'s codes
+    (not grouped when ``seed`` is None)."""
+    if seed is None:
+        return reductions.Target(shape, (1,))
+    codes = np.random.default_rng(seed).integers(-1, 3, shape[0])
+    return reductions.Target(shape, (1,), reductions.Grouping(0, codes, 3))
+
+
+def test_store_reductions_of_two_stores_or_groupings_share_no_key(tmp_path: Path) -> None:
+    readers = []
+    for i in range(2):
+        dense = random_dense(np.random.default_rng(i), (40, 30), 0.3)
+        sd.to_sporadik(dense, tmp_path / f"{i}.zarr", chunk=16)
+        readers.append(sd.StoreReader(tmp_path / f"{i}.zarr"))
+
+    def reduced(reader: sd.StoreReader, seed: int | None, op: reductions.Op = "sum") -> set[Any]:
+        target = _target((40, 30), seed)
+        return _keys(reductions.reduce_store_dask(reader, op, target, 3, skipna=True))
+
+    first = reduced(readers[0], 0)
+    assert first == reduced(readers[0], 0)  # the same reduction twice: the same keys
+    others = [reduced(readers[1], 0), reduced(readers[0], 1), reduced(readers[0], None)]
+    for other in [*others, reduced(readers[0], 0, "mean")]:
+        assert not first & other
+
+
+def test_grouped_reductions_of_two_arrays_or_groupings_share_no_key_beyond_their_input() -> None:
+    dense = random_dense(np.random.default_rng(3), (40, 30), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(15, 30), asarray=False)
+    y = da.from_array(sparse.COO.from_numpy(dense * 2), chunks=(15, 30), asarray=False)
+
+    def built(array: da.Array, seed: int, dense: bool = True) -> set[Any]:
+        target = _target((40, 30), seed)
+        reduced = reductions.reduce_dask(array, "sum", target, skipna=True, dense=dense)
+        return _keys(reduced) - _keys(array)
+
+    first = built(x, 0)
+    assert first and first == built(x, 0)
+    for other in (built(y, 0), built(x, 1), built(x, 0, dense=False)):
+        assert not first & other
+
+
+def test_a_reduction_of_blocks_reads_each_block_once_at_its_offset_and_merges_in_a_tree() -> None:
+    chunks = ((4,) * 20, (5, 5))  # 40 blocks: 5 merges, then 1, under a fan-in of 8
+    leaves = graph._block_leaves(("fields", "op"), "x", chunks)
+    assert [leaf[2] for leaf in leaves] == [("x", i, j) for i in range(20) for j in range(2)]
+    assert [leaf[3] for leaf in leaves] == [(4 * i, 5 * j) for i in range(20) for j in range(2)]
+    layer = graph._tree_reduction("g", leaves, ("merge", "op"), ("finish", "op"))
+    assert [layer[("g", 0, i)] for i in range(40)] == leaves
+    merges = [key for key in layer if isinstance(key, tuple) and key[1] > 0]
+    assert merges == [("g", 1, j) for j in range(5)] + [("g", 2, 0)]
+    assert all(layer[key][:2] == ("merge", "op") for key in merges)
+    assert all(len(layer[key]) - 2 <= graph.REDUCE_FAN_IN for key in merges)
+    assert layer["g"] == ("finish", "op", ("g", 2, 0))

@@ -19,7 +19,9 @@ from sporadik_dask import kernels, tasks
 from tests.helpers import random_dense
 
 
-def _parts(rng: np.random.Generator, positions: int, extent: int, n: int, pieces: int) -> list:
+def _parts(
+    rng: np.random.Generator, positions: int, extent: int, n: int, pieces: int
+) -> list[tasks.Part]:
     """Unsorted ``(position, index)`` pairs naming distinct cells, cut into ``pieces`` parts."""
     cells = rng.choice(positions * extent, size=n, replace=False)
     pairs = np.stack(np.divmod(cells, extent))

@@ -10,6 +10,7 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import scipy.sparse as sp
 import sparse
@@ -22,7 +23,7 @@ from sporadik_dask.sources import PIECE_VALUES, Source, source_of, source_of_lay
 from tests.helpers import labelled, random_dense
 
 
-def assembled(source: Source) -> np.ndarray:
+def assembled(source: Source) -> npt.NDArray[Any]:
     """The dense array the source's pieces hold, refusing a cell held twice."""
     dense = np.zeros(source.shape, dtype=source.dtype)
     seen = np.zeros(source.shape, dtype=int)
@@ -34,12 +35,12 @@ def assembled(source: Source) -> np.ndarray:
     return dense
 
 
-def _columns(dense: np.ndarray) -> Any:
+def _columns(dense: npt.NDArray[Any]) -> tuple[da.Array, tuple[da.Array, ...]]:
     found = np.nonzero(dense)
     return da.from_array(dense[found], chunks=7), tuple(da.from_array(c, chunks=5) for c in found)
 
 
-KINDS: dict[str, Callable[[np.ndarray], Any]] = {
+KINDS: dict[str, Callable[[npt.NDArray[Any]], Any]] = {
     "numpy": lambda d: d,
     "dask numpy chunks": lambda d: da.from_array(d, chunks=(4, 5)),
     "dask sparse chunks": lambda d: da.from_array(

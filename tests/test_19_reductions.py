@@ -9,6 +9,7 @@ from typing import Any
 
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 
@@ -25,7 +26,7 @@ def _numpy(op: str, skipna: bool) -> Callable[..., Any]:
     return getattr(np, name)  # type: ignore[no-any-return]
 
 
-def _dense(dtype: Any) -> np.ndarray:
+def _dense(dtype: Any) -> npt.NDArray[Any]:
     rng = np.random.default_rng(1)
     dense = ((rng.random((30, 20, 5)) < 0.2) * rng.integers(-5, 9, (30, 20, 5))).astype(dtype)
     if np.dtype(dtype).kind == "f":
@@ -79,7 +80,7 @@ def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
 ) -> None:
     dense = _dense(np.float32)
     rng = np.random.default_rng(3)
-    size = dense.shape[grouped]
+    size = int(dense.shape[grouped])
     codes = rng.integers(-1, 4, size)  # -1: a position in no group
     codes[:4] = np.arange(4)  # every group has a member
     grouping = reductions.Grouping(grouped, codes, 4)

@@ -9,6 +9,7 @@ from typing import Any
 
 import dask
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import xarray as xr
@@ -19,20 +20,20 @@ from tests.helpers import random_dense
 OPS = ["sum", "mean", "max", "min", "count", "std", "var"]
 
 
-def _expected(dense: np.ndarray, op: str, axis: Any) -> np.ndarray:
+def _expected(dense: npt.NDArray[Any], op: str, axis: Any) -> npt.NDArray[Any]:
     """numpy over the dense array, with xarray's default skipna (True for floats)."""
     floating = dense.dtype.kind == "f"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if op == "count":
-            return np.sum(~np.isnan(dense.astype(np.float64)), axis=axis)
+            return np.asarray(np.sum(~np.isnan(dense.astype(np.float64)), axis=axis))
         return np.asarray(getattr(np, ("nan" if floating else "") + op)(dense, axis=axis))
 
 
 @pytest.fixture(scope="module", params=[(2, np.float32), (3, np.float64), (2, np.int32)])
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, np.ndarray]:
+) -> tuple[Path, npt.NDArray[Any]]:
     rank, dtype = request.param
     shape = (40, 30, 6)[:rank]
     dense = random_dense(np.random.default_rng(rank), shape, 0.25, dtype)
@@ -49,7 +50,7 @@ def store(
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
 @pytest.mark.parametrize("op", OPS)
 def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
-    store: tuple[Path, np.ndarray], op: str, chunks: Any
+    store: tuple[Path, npt.NDArray[Any]], op: str, chunks: Any
 ) -> None:
     path, dense = store
     variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
@@ -70,7 +71,7 @@ def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
         )
 
 
-def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, np.ndarray]) -> None:
+def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[Any]]) -> None:
     path, dense = store
     if dense.dtype.kind != "f":
         pytest.skip("integers hold no NaN")
@@ -79,7 +80,7 @@ def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, np.ndarray]) 
 
 
 def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
-    store: tuple[Path, np.ndarray],
+    store: tuple[Path, npt.NDArray[Any]],
 ) -> None:
     path, _ = store
     variable = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
@@ -90,7 +91,9 @@ def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
     np.testing.assert_allclose(own.data.todense(), pushed.values, rtol=1e-6)
 
 
-def test_other_variables_reduce_as_xarray_reduces_them(store: tuple[Path, np.ndarray]) -> None:
+def test_other_variables_reduce_as_xarray_reduces_them(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
     path, dense = store
     xr.open_dataset(path, engine="sporadik")  # installs the pushdown
     plain = xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b", "c")[: dense.ndim])

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import scipy.sparse as sp
 import sparse
@@ -17,21 +19,21 @@ from tests.helpers import random_dense
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, npt.NDArray[Any]]:
     dense = random_dense(np.random.default_rng(4), (60, 25), 0.3, np.float32)
     path = tmp_path_factory.mktemp("g") / "s.zarr"
     sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
     return path, dense
 
 
-GROUPINGS = {
+GROUPINGS: dict[str, Callable[[np.random.Generator, int], npt.NDArray[np.str_]]] = {
     "four groups": lambda rng, n: rng.choice(["b", "a", "d", "c"], n),
     "one group": lambda rng, n: np.full(n, "all"),
     "each its own": lambda rng, n: np.arange(n)[::-1].astype(str),
 }
 
 
-def _indicator(labels: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
+def _indicator(labels: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], sp.csr_matrix]:
     groups, codes = np.unique(labels, return_inverse=True)
     rows = sp.csr_matrix(
         (np.ones(len(labels)), (codes, np.arange(len(labels)))), shape=(len(groups), len(labels))
@@ -43,7 +45,7 @@ def _indicator(labels: np.ndarray) -> tuple[np.ndarray, sp.csr_matrix]:
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 7}], ids=["lazy", "chunks={}", "chunks=7"])
 @pytest.mark.parametrize("grouping", GROUPINGS)
 def test_group_sums_and_means_equal_the_indicator_matrix_product(
-    store: tuple[Path, np.ndarray], grouping: str, chunks: Any, flox: bool
+    store: tuple[Path, npt.NDArray[Any]], grouping: str, chunks: Any, flox: bool
 ) -> None:
     if flox:
         pytest.importorskip("flox")
@@ -74,7 +76,9 @@ def test_group_sums_and_means_equal_the_indicator_matrix_product(
         np.testing.assert_allclose(result.values, expected, rtol=1e-5)
 
 
-def test_group_maxima_along_genes_equal_numpy_per_group(store: tuple[Path, np.ndarray]) -> None:
+def test_group_maxima_along_genes_equal_numpy_per_group(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
     path, dense = store
     counts = xr.open_dataset(path, engine="sporadik")["s"]
     family = np.random.default_rng(1).integers(0, 3, dense.shape[1])
@@ -86,7 +90,7 @@ def test_group_maxima_along_genes_equal_numpy_per_group(store: tuple[Path, np.nd
 
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
 def test_past_the_dense_budget_group_sums_and_means_come_back_sparse_and_equal(
-    store: tuple[Path, np.ndarray], chunks: Any
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
 ) -> None:
     import dask
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sparse
 import xarray as xr
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from tests.helpers import random_dense
+from tests.helpers import open_dataset, random_dense
 
 SHAPES = {2: (23, 17), 3: (11, 9, 7), 4: (6, 5, 4, 7)}
 DIMS = ("cell", "gene", "spot", "scan")
@@ -23,7 +24,7 @@ DIMS = ("cell", "gene", "spot", "scan")
 @pytest.fixture(scope="module", params=sorted(SHAPES))
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, np.ndarray]:
+) -> tuple[Path, npt.NDArray[Any]]:
     shape = SHAPES[request.param]
     dense = random_dense(np.random.default_rng(request.param), shape, 0.3)
     path = tmp_path_factory.mktemp("i") / "s.zarr"
@@ -33,7 +34,7 @@ def store(
 
 
 @st.composite
-def indexer(draw: st.DrawFn, size: int) -> Any:
+def indexer(draw: st.DrawFn, size: int) -> int | slice | npt.NDArray[np.int64 | np.bool]:
     """One axis's indexer of any kind xarray users write."""
     kind = draw(st.sampled_from(["int", "slice", "array", "mask", "empty"]))
     if kind == "int":
@@ -56,7 +57,7 @@ def indexer(draw: st.DrawFn, size: int) -> Any:
 )
 @given(data=st.data())
 def test_any_indexer_reads_numpys_values_lazily_and_through_dask(
-    store: tuple[Path, np.ndarray], data: st.DataObject
+    store: tuple[Path, npt.NDArray[Any]], data: st.DataObject
 ) -> None:
     path, dense = store
     dims = DIMS[: dense.ndim]
@@ -77,7 +78,7 @@ def test_any_indexer_reads_numpys_values_lazily_and_through_dask(
             np.testing.assert_array_equal(values, expected.values)
 
 
-def test_pointwise_indexers_read_the_cells_they_name(store: tuple[Path, np.ndarray]) -> None:
+def test_pointwise_indexers_read_the_cells_they_name(store: tuple[Path, npt.NDArray[Any]]) -> None:
     path, dense = store
     rng = np.random.default_rng(0)
     points = {
@@ -92,7 +93,7 @@ def test_pointwise_indexers_read_the_cells_they_name(store: tuple[Path, np.ndarr
 
 @pytest.mark.parametrize("key", [-24, 23, [3, -24], [0, 23]])
 def test_a_position_past_either_end_raises_index_error(
-    store: tuple[Path, np.ndarray], key: Any
+    store: tuple[Path, npt.NDArray[Any]], key: Any
 ) -> None:
     path, dense = store
     if dense.shape[0] != 23:
@@ -116,7 +117,7 @@ def test_a_chunked_selection_with_a_list_or_mask_reads_only_its_runs(
     path = tmp_path / "s.zarr"
     sd.to_sporadik(xr.DataArray(dense, dims=("cell", "gene"), name="x"), path, chunk=64)
     store = RecordingStore(LocalStore(path, read_only=True))
-    variable = xr.open_dataset(store, engine="sporadik", chunks={"cell": 100})["x"]
+    variable = open_dataset(store, chunks={"cell": 100})["x"]
     genes = np.array([250, 3, 3, 77]) if kind == "list" else np.arange(300) % 97 == 0
     store.reads.clear()
     picked = variable.isel(gene=genes)
@@ -129,7 +130,9 @@ def test_a_chunked_selection_with_a_list_or_mask_reads_only_its_runs(
     assert len(runs) < len({k for k in everything if "axis1" in k and "indptr" not in k}) / 2
 
 
-def test_a_stepped_slice_through_dask_reads_numpys_values(store: tuple[Path, np.ndarray]) -> None:
+def test_a_stepped_slice_through_dask_reads_numpys_values(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
     """dask cuts [:-8:-2] into per-block slices that sparse reads wrongly (6 values for 4)."""
     path, dense = store
     picked = {"cell": slice(None, -8, -2), "gene": 0}

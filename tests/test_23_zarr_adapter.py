@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import zarr
+from zarr.core.metadata import ArrayV3Metadata
 
 #: (module, attribute, what the package does with it): everything the adapter reaches for.
 PRIVATE = [
@@ -53,7 +55,9 @@ def test_the_adapter_imports_and_exports_what_the_package_takes_from_it() -> Non
     assert not missing
 
 
-def test_a_zarr_array_holds_its_async_array_under_the_name_the_adapter_reads(tmp_path) -> None:
+def test_a_zarr_array_holds_its_async_array_under_the_name_the_adapter_reads(
+    tmp_path: Path,
+) -> None:
     from sporadik_dask.zarr_adapter import AsyncArray, async_array
 
     array = zarr.create_array(tmp_path / "a.zarr", shape=(10,), chunks=(4,), dtype="int32")
@@ -63,7 +67,7 @@ def test_a_zarr_array_holds_its_async_array_under_the_name_the_adapter_reads(tmp
     assert zarr.Array(async_array(array)).shape == (10,)
 
 
-def test_an_opened_group_is_an_async_group_and_its_arrays_async_arrays(tmp_path) -> None:
+def test_an_opened_group_is_an_async_group_and_its_arrays_async_arrays(tmp_path: Path) -> None:
     from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, run
 
     group = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=3)
@@ -95,7 +99,7 @@ def test_the_buffer_prototype_round_trips_bytes() -> None:
     assert buffer.to_bytes() == b"sporadik"
 
 
-def test_the_zstd_codecs_numcodecs_object_decodes_what_zarr_wrote(tmp_path) -> None:
+def test_the_zstd_codecs_numcodecs_object_decodes_what_zarr_wrote(tmp_path: Path) -> None:
     from sporadik_dask.zarr_adapter import chunk_key, zstd_codec
 
     codec = zarr.codecs.ZstdCodec(level=3)
@@ -105,13 +109,16 @@ def test_the_zstd_codecs_numcodecs_object_decodes_what_zarr_wrote(tmp_path) -> N
     array[:] = np.arange(1, 9, dtype="<i4")
     if not hasattr(codec, "_zstd_codec"):
         pytest.fail(f"zarr {zarr.__version__}: ZstdCodec has no _zstd_codec any more")
-    inner = zstd_codec(array.metadata.codecs[1])  # type: ignore[union-attr]
+    assert isinstance(array.metadata, ArrayV3Metadata)
+    written = array.metadata.codecs[1]
+    assert isinstance(written, zarr.codecs.ZstdCodec)
+    inner = zstd_codec(written)
     raw = (tmp_path / "z.zarr" / chunk_key(array, 1)).read_bytes()
     assert np.frombuffer(inner.decode(raw), dtype="<i4").tolist() == [5, 6, 7, 8]
     assert inner.decode(inner.encode(raw)) == raw
 
 
-def test_chunk_keys_name_the_objects_zarr_writes(tmp_path) -> None:
+def test_chunk_keys_name_the_objects_zarr_writes(tmp_path: Path) -> None:
     from sporadik_dask.zarr_adapter import chunk_key
 
     array = zarr.create_array(tmp_path / "k.zarr", shape=(12,), chunks=(4,), dtype="int8")
@@ -122,7 +129,7 @@ def test_chunk_keys_name_the_objects_zarr_writes(tmp_path) -> None:
     assert {chunk_key(array, i) for i in range(3)} <= written
 
 
-def test_the_metadata_document_is_the_zarr_json_zarr_wrote(tmp_path) -> None:
+def test_the_metadata_document_is_the_zarr_json_zarr_wrote(tmp_path: Path) -> None:
     from sporadik_dask.zarr_adapter import metadata_document
 
     array = zarr.create_array(tmp_path / "m.zarr", shape=(5,), chunks=(5,), dtype="float32")
@@ -130,7 +137,7 @@ def test_the_metadata_document_is_the_zarr_json_zarr_wrote(tmp_path) -> None:
     assert json.loads(metadata_document(array)) == on_disk
 
 
-def test_a_path_resolves_to_a_store_path_on_that_directory(tmp_path) -> None:
+def test_a_path_resolves_to_a_store_path_on_that_directory(tmp_path: Path) -> None:
     from zarr.storage import LocalStore, StorePath
 
     from sporadik_dask.zarr_adapter import resolve_store_path, run

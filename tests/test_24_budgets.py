@@ -4,11 +4,13 @@ and none past dask's ``array.chunk-size``, whether opened through xarray or ``fr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import dask
+import dask.array as da
 import dask.system
 import numpy as np
+import numpy.typing as npt
 import pytest
 import xarray as xr
 
@@ -16,8 +18,18 @@ import sporadik_dask as sd
 from sporadik_dask import budgets
 from sporadik_dask.synthetic import counts_matrix
 
+
+class MatrixSize(TypedDict):
+    """The arguments of ``counts_matrix`` saying how big and how sparse it is."""
+
+    cells: int
+    genes: int
+    density: float
+    seed: int
+
+
 #: 2.0 M float32 values (40 MB as COO): past 4 blocks a core of 4 MiB on 2 cores.
-BIG = {"cells": 50_000, "genes": 1_000, "density": 0.04, "seed": 1}
+BIG = MatrixSize(cells=50_000, genes=1_000, density=0.04, seed=1)
 CORES = 2
 
 
@@ -43,12 +55,14 @@ def tiny_store(tmp_path: Path) -> Path:
     return tmp_path / "tiny.zarr"
 
 
-def _opened(path: Path, how: str) -> Any:
+def _opened(path: Path, how: str) -> da.Array:
     """The store's dask array as ``how`` opens it."""
     if how == "from_sporadik":
         return sd.from_sporadik(path)
-    chunks: Any = {} if how == "chunks={}" else "auto"
-    return xr.open_dataset(path, engine="sporadik", chunks=chunks)[path.stem].data
+    chunks: dict[str, int] | str = {} if how == "chunks={}" else "auto"
+    data = xr.open_dataset(path, engine="sporadik", chunks=chunks)[path.stem].data
+    assert isinstance(data, da.Array)
+    return data
 
 
 HOWS = ["chunks={}", "chunks='auto'", "from_sporadik"]
@@ -93,7 +107,7 @@ def test_auto_chunks_of_other_variables_stay_dasks(big_store: Path) -> None:
     assert dense.data.chunks == dask.array.zeros((4000, 4000), chunks="auto").chunks
 
 
-def _sparse_bytes_per_block(path: Path, array: Any) -> Any:
+def _sparse_bytes_per_block(path: Path, array: da.Array) -> npt.NDArray[Any]:
     counts = sd.StoreReader(path).counts(0)
     edges = np.cumsum((0, *array.chunks[0]))
     per_value = budgets.sparse_bytes_per_value(array.dtype, array.ndim)
