@@ -85,6 +85,7 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
                 "encoding": layout.encoding,
                 "index_dtypes": {k: str(v) for k, v in layout.index_dtypes.items()},
                 "chunks": dict(layout.chunks),
+                "shards": dict(layout.shards) if layout.shards else None,
                 "byte_addressable": layout.byte_addressable,
                 "has_maxima": layout.has_maxima,
             }
@@ -104,6 +105,8 @@ def _info(args: argparse.Namespace) -> None:
     print(f"  array   {shape}, {description.dtype}, {description.nnz:,} values")
     for layout in summary["layouts"]:
         extras = ["byte addressable" if layout["byte_addressable"] else "chunked"]
+        if layout["shards"]:
+            extras.append(f"shards {layout['shards']}")
         extras.append("maxima" if layout["has_maxima"] else "no maxima")
         print(
             f"  {layout['path']:<14} axis {layout['indexed_axis']} contiguous, "
@@ -259,9 +262,10 @@ def _check_flags(args: argparse.Namespace) -> None:
     """Refuse flags that contradict each other or the input, before anything is read."""
     from sporadik_dask.tables import is_table
 
-    if args.byte_addressable and args.chunk:
+    if args.byte_addressable and (args.chunk or args.shard):
+        flag = "--chunk" if args.chunk else "--shard"
         raise SporadikError(
-            "--chunk and --byte-addressable contradict each other: a byte-addressable array is "
+            f"{flag} and --byte-addressable contradict each other: a byte-addressable array is "
             "one uncompressed chunk. Give one of them."
         )
     if is_table(args.input) and not args.columns:
@@ -295,6 +299,7 @@ def _convert(args: argparse.Namespace) -> None:
                     args.input,
                     axis,
                     chunk=args.chunk,
+                    shard=args.shard,
                     byte_addressable=args.byte_addressable,
                     compute=False,
                     storage_options=options,
@@ -310,6 +315,7 @@ def _convert(args: argparse.Namespace) -> None:
                     args.output,
                     axes=axes,
                     chunk=args.chunk,
+                    shard=args.shard,
                     byte_addressable=args.byte_addressable,
                     overwrite=args.overwrite,
                     compute=False,
@@ -488,6 +494,12 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("--axes", type=int, nargs="+", help="layouts to write (default all)")
     convert.add_argument("--chunk", type=_positive, help="elements per zarr chunk")
     convert.add_argument(
+        "--shard",
+        type=_positive,
+        help="elements per object: many chunks in one sharded object (e.g. 16777216, 64 MiB of "
+        "4-byte values); default one object per chunk",
+    )
+    convert.add_argument(
         "--byte-addressable",
         action="store_true",
         help="one uncompressed zarr chunk per array, for readers that fetch byte ranges",
@@ -518,8 +530,8 @@ FLAGS = {
     r"\boverwrite=True\b": "--overwrite",
     r"\bbyte_addressable=True\b": "--byte-addressable",
     r"\bstorage_options\b": "--storage-options",
-    r"\b(shape|columns|values|chunk|axes)=(?=[\s:;,.)]|$)": r"--\1",
-    r"\b(shape|columns|values|chunk|axes)=": r"--\1 ",
+    r"\b(shape|columns|values|chunk|shard|axes)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|shard|axes)=": r"--\1 ",
 }
 
 

@@ -76,6 +76,9 @@ class LayoutDescription(LayoutGeometry):
     byte_addressable: bool
     #: Whether the layout carries per-slice ``maxima``.
     has_maxima: bool
+    #: Elements per shard object of each array (zarr's ``sharding_indexed``), or None when every
+    #: chunk is its own object. ``chunks`` are then the inner chunks, each its own byte range.
+    shards: Mapping[str, int] | None = None
 
     def check_whole_read(self, where: str) -> None:
         """Refuse to read all of ``indptr`` (8 bytes a position) past ``sporadik.max-positions``.
@@ -151,6 +154,17 @@ def _regular_chunks(array: AsyncArray[Any]) -> bool:
     except Exception:  # a chunk grid zarr cannot express as one chunk shape
         return False
     return len(chunks) == 1 and isinstance(chunks[0], int) and chunks[0] >= 1
+
+
+def _shards(arrays: Mapping[str, Any]) -> dict[str, int] | None:
+    """Elements per shard object of each array, when any array is sharded."""
+    found = {name: arrays[name].shards for name in ARRAY_NAMES}
+    if all(shards is None for shards in found.values()):
+        return None
+    return {
+        name: int(shards[0]) if shards else int(arrays[name].chunks[0])
+        for name, shards in found.items()
+    }
 
 
 def _is_byte_addressable(array: AsyncArray[Any]) -> bool:
@@ -273,6 +287,7 @@ async def _describe_layout(
         chunks={name: int(arrays[name].chunks[0]) for name in ARRAY_NAMES},
         byte_addressable=all(_is_byte_addressable(arrays[name]) for name in ARRAY_NAMES),
         has_maxima=has_maxima,
+        shards=_shards(arrays),
     )
     opened = {
         f"{entry.path}/{name}": array

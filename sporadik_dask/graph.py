@@ -473,7 +473,7 @@ def _write_layer(
                 region.stop,
                 *slices,
             )
-    chunk = plan.chunks["indptr"]
+    chunk = plan.unit("indptr")  # a shard when sharded: each written whole, by one task
     step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
     indptr = f"{name}-write-indptr"
     for start in range(0, plan.positions + 1, step):

@@ -33,6 +33,7 @@ __all__ = [
     "partition_bounds",
     "plan_layout",
     "regions_over",
+    "shard_sizes",
 ]
 
 
@@ -66,12 +67,19 @@ class LayoutPlan(LayoutGeometry):
     chunks: Mapping[str, int]
     #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
     regions: Mapping[str, tuple[Region, ...]]
+    #: Elements per shard object of each array (a multiple of its chunk), or None: unsharded.
+    shards: Mapping[str, int] | None = None
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
         """What decides every task of the layout's write; the regions follow from these."""
         chunks = tuple(sorted(self.chunks.items()))
+        shards = tuple(sorted(self.shards.items())) if self.shards else None
         geometry = (self.shape, self.indexed_axis, self.index_order, self.dtype.str)
-        return (type(self).__name__, *geometry, self.indptr, self.bounds, chunks)
+        return (type(self).__name__, *geometry, self.indptr, self.bounds, chunks, shards)
+
+    def unit(self, name: str) -> int:
+        """Elements of ``name`` a write task writes whole: a shard object, else a chunk."""
+        return self.shards[name] if self.shards else self.chunks[name]
 
     @property
     def nnz(self) -> int:
@@ -192,12 +200,14 @@ def plan_layout(
     partition_values: int,
     chunk: int | None = None,
     byte_addressable: bool = False,
+    shard: int | None = None,
 ) -> LayoutPlan:
     """Plan the layout making ``indexed_axis`` contiguous, given values per position.
 
     ``partition_values`` is how many values a partition should hold (the memory bound of a sort
     task); ``chunk`` overrides the elements per zarr chunk; ``byte_addressable`` writes each array
-    as one chunk.
+    as one chunk; ``shard`` puts that many elements in one object (:func:`shard_sizes`), and then
+    every write task writes whole shards.
     """
     shape = tuple(int(size) for size in shape)
     order = tuple(int(axis) for axis in index_order)
@@ -213,6 +223,8 @@ def plan_layout(
         name: max(length if byte_addressable else chunk or chunk_for(dtypes[name], length), 1)
         for name, length in lengths.items()
     }
+    shards = shard_sizes(shard, chunks, lengths, chunk_given=chunk is not None)
+    units = shards or chunks
     element_cuts = indptr[bounds].astype(np.int64)
     return LayoutPlan(
         shape=shape,
@@ -223,8 +235,42 @@ def plan_layout(
         bounds=bounds,
         chunks=chunks,
         regions={
-            "data": regions_over(element_cuts, chunks["data"]),
-            "indices": regions_over(element_cuts, chunks["indices"]),
-            MAXIMA: regions_over(bounds, chunks[MAXIMA]),
+            "data": regions_over(element_cuts, units["data"]),
+            "indices": regions_over(element_cuts, units["indices"]),
+            MAXIMA: regions_over(bounds, units[MAXIMA]),
         },
+        shards=shards,
     )
+
+
+def shard_sizes(
+    shard: int | None,
+    chunks: Mapping[str, int],
+    lengths: Mapping[str, int],
+    *,
+    chunk_given: bool,
+) -> dict[str, int] | None:
+    """Elements per shard object of each array: ``shard`` rounded up to a multiple of the array's
+    chunk (chunks differ by dtype unless ``chunk`` was given), and never past the array's length
+    rounded up to a chunk. None when unsharded.
+
+    A ``shard`` that is not a multiple of an explicit ``chunk`` is refused: zarr's sharding needs
+    whole inner chunks per shard, and silently writing other shard sizes than asked would leave
+    a user's object counts unexplained.
+    """
+    from sporadik_dask.errors import LayoutError
+
+    if shard is None:
+        return None
+    shard = int(shard)
+    if shard < 1 or (chunk_given and shard % next(iter(chunks.values()))):
+        raise LayoutError(
+            f"shard={shard} must be a positive multiple of chunk={next(iter(chunks.values()))}: "
+            "a shard object holds whole chunks. Pick a multiple (e.g. 512 chunks, 64 MiB of "
+            "4-byte values)."
+        )
+    sizes = {}
+    for name, chunk in chunks.items():
+        whole = -(-max(lengths[name], 1) // chunk) * chunk
+        sizes[name] = min(-(-shard // chunk) * chunk, whole)
+    return sizes

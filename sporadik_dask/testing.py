@@ -1,6 +1,8 @@
 """Real object-store peers on loopback, for tests and benchmarks: an S3-protocol server (moto's
-standalone server, in its own process) and an HTTP proxy that counts the requests reaching it
-and can fail some of them, as a congested or flaky object store does.
+standalone server, in its own process) and an HTTP proxy that counts the requests reaching it,
+can fail some of them, as a congested or flaky object store does, and can delay each one and cap
+its bandwidth, as a cloud store's round trip does (loopback answers in well under a millisecond,
+so without a delay a benchmark cannot show what a user on S3 waits for).
 
 Nothing here is imported by the package itself; it needs ``moto[server]`` installed.
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Faults", "LoopbackS3", "RequestCounts", "S3Proxy"]
+__all__ = ["Faults", "Latency", "LoopbackS3", "RequestCounts", "S3Proxy"]
 
 
 def free_port() -> int:
@@ -121,6 +123,26 @@ class Faults:
     status: int = 503
 
 
+@dataclass(frozen=True)
+class Latency:
+    """What the proxy adds to every request it forwards, as a cloud object store would.
+
+    ``delay``: seconds each request waits before it is answered (a round trip; S3 in-region
+    answers a small GET in 10-30 ms). ``bandwidth``: bytes per second each request's body moves
+    at, in either direction (one S3 connection streams ~100 MB/s); None for no cap. Requests in
+    flight together wait together, so a batch of concurrent requests costs one delay, not one
+    each, which is what makes the number of sequential *waves* the figure that matters.
+    """
+
+    delay: float = 0.0
+    bandwidth: float | None = None
+
+    def seconds(self, sent: int, received: int) -> float:
+        """How long one request moving ``sent`` and ``received`` body bytes is held."""
+        moving = (sent + received) / self.bandwidth if self.bandwidth else 0.0
+        return self.delay + moving
+
+
 @dataclass
 class RequestCounts:
     """Requests that reached the upstream store, by method, and the bytes they moved."""
@@ -131,10 +153,27 @@ class RequestCounts:
     failed: int = 0  # requests the proxy failed on purpose
     #: Method and path of every request that reached the upstream store, in order.
     log: list[tuple[str, str]] = field(default_factory=list)
+    #: When each request arrived and was answered (``time.monotonic``), in arrival order.
+    spans: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
         return sum(self.requests.values())
+
+    @property
+    def waves(self) -> int:
+        """Sequential rounds of requests: stretches during which some request was in flight.
+
+        A batch of concurrent requests is one wave however many requests it holds; a request
+        that starts only after every earlier one was answered starts a new one. Under a delay
+        per request, waves times the delay is the least a user waits.
+        """
+        found, busy_until = 0, float("-inf")
+        for start, stop in sorted(self.spans):
+            if start > busy_until:
+                found += 1
+            busy_until = max(busy_until, stop)
+        return found
 
 
 _S3_ERROR = (
@@ -178,6 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
+        arrived = time.monotonic()
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream_port, timeout=60)
         headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
         if body or self.command in ("PUT", "POST"):
@@ -186,7 +226,10 @@ class _Handler(BaseHTTPRequestHandler):
         response = upstream.getresponse()
         payload = response.read()
         upstream.close()
-        self.server.record(self.command, self.path, len(body), len(payload))
+        held = self.server.latency.seconds(len(body), len(payload))
+        if held > 0:  # the wait counts from arrival: the upstream's own time is part of it
+            time.sleep(max(arrived + held - time.monotonic(), 0.0))
+        self.server.record(self.command, self.path, len(body), len(payload), arrived)
         self.send_response(response.status, response.reason)
         for key, value in response.getheaders():
             if key.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -213,6 +256,7 @@ class _ProxyServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.upstream_port = upstream_port
         self.faults = Faults()
+        self.latency = Latency()
         self.counts = RequestCounts()
         self._lock = threading.Lock()
         self._seen = 0
@@ -231,19 +275,22 @@ class _ProxyServer(ThreadingHTTPServer):
                 return faults.status
             return None
 
-    def record(self, method: str, path: str, sent: int, received: int) -> None:
+    def record(self, method: str, path: str, sent: int, received: int, arrived: float) -> None:
         with self._lock:
             self.counts.log.append((method, path))
+            self.counts.spans.append((arrived, time.monotonic()))
             self.counts.requests[method] += 1
             self.counts.bytes_out += sent
             self.counts.bytes_in += received
 
 
 class S3Proxy:
-    """An HTTP proxy on loopback in front of an S3 endpoint, counting and failing requests.
+    """An HTTP proxy on loopback in front of an S3 endpoint, counting, failing and delaying
+    requests.
 
     ``with S3Proxy(s3) as proxy:`` serves at ``proxy.endpoint``; ``proxy.faults`` says what to
-    fail; ``with proxy.counting() as counts:`` gathers the requests of one operation.
+    fail; ``proxy.latency`` (or ``with proxy.slowed(Latency(0.02, 100e6)):``) what to add to
+    each request; ``with proxy.counting() as counts:`` gathers the requests of one operation.
     """
 
     def __init__(self, s3: LoopbackS3) -> None:
@@ -277,6 +324,24 @@ class S3Proxy:
             yield
         finally:
             self.faults = Faults()
+
+    @property
+    def latency(self) -> Latency:
+        return self._server.latency
+
+    @latency.setter
+    def latency(self, latency: Latency) -> None:
+        with self._server._lock:
+            self._server.latency = latency
+
+    @contextlib.contextmanager
+    def slowed(self, latency: Latency) -> Iterator[None]:
+        """``latency`` added to every request inside the block, and lifted after it."""
+        self.latency = latency
+        try:
+            yield
+        finally:
+            self.latency = Latency()
 
     @property
     def counts(self) -> RequestCounts:

@@ -147,13 +147,28 @@ def _proven_zero(name: str, indptr: npt.NDArray[np.int64], chunk_id: int, chunk:
 
 
 async def absent_chunks(array: Any) -> list[int]:
-    """Chunk ids inside ``array`` with no object in the store, found by one listing."""
+    """Chunk ids inside ``array`` with no object in the store, found by one listing.
+
+    For a sharded array these are the inner chunks of every shard object that is missing. An
+    inner chunk a present shard's index marks empty is not absent: the shard is one object,
+    written whole, so its index is the writer's own statement that the chunk held zeros.
+    """
     store, path = array.store_path.store, array.store_path.path
     if not store.supports_listing:
         return []
     prefix = f"{path}/" if path else ""
     present = {key[len(prefix) :] async for key in store.list_prefix(prefix)}
-    return [i for i in range(array.nchunks) if chunk_key(array, i) not in present]
+    chunks, shards = int(array.chunks[0]), array.shards
+    if shards is None:
+        return [i for i in range(array.nchunks) if chunk_key(array, i) not in present]
+    per = int(shards[0]) // chunks
+    inner = -(-int(array.shape[0]) // chunks)
+    return [
+        i
+        for s in range(-(-int(array.shape[0]) // int(shards[0])))
+        if chunk_key(array, s) not in present
+        for i in range(s * per, min((s + 1) * per, inner))
+    ]
 
 
 def _chunks(array: Any, length: int, start: int, stop: int | None) -> list[Any]:

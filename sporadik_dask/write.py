@@ -150,10 +150,16 @@ def plan_source(
     chunk: int | None,
     byte_addressable: bool,
     partition_bytes: int | None,
+    shard: int | None = None,
 ) -> dict[int, LayoutPlan]:
     """Count the source's values per position along each axis (one pass), and plan each layout."""
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
+    if shard is not None and byte_addressable:
+        raise LayoutError(
+            "shard= and byte_addressable=True contradict each other: a byte-addressable array "
+            "is one uncompressed chunk, and a shard holds many. Choose one."
+        )
     counts, repeats = count_graph(source.pieces, source.shape, axes).compute()
     if repeats and duplicates == "refuse":
         raise LayoutError(
@@ -172,6 +178,7 @@ def plan_source(
             partition_values=target,
             chunk=chunk,
             byte_addressable=byte_addressable,
+            shard=shard,
         )
         for axis, column in zip(axes, counts, strict=True)
     }
@@ -244,6 +251,7 @@ def create_layout(
             shape=(lengths[name],),
             dtype=dtypes[name],
             chunks=(plan.chunks[name],),
+            shards=(plan.shards[name],) if plan.shards else None,
             compressors=None if byte_addressable else "auto",
             fill_value=0,
         )
@@ -259,6 +267,7 @@ def to_sporadik(
     shape: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
@@ -278,6 +287,7 @@ def to_sporadik(
     shape: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
@@ -296,6 +306,7 @@ def to_sporadik(
     shape: Sequence[int] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
@@ -318,6 +329,12 @@ def to_sporadik(
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
         Elements per zarr chunk (default ~128 KB worth), or one uncompressed chunk per array.
+    shard
+        Elements per object (default: one object per chunk). With it each array is sharded
+        (zarr's ``sharding_indexed``): ``shard`` elements in one object, each chunk still read by
+        its own byte range. Rounded up to a multiple of each array's chunk; with ``chunk`` it
+        must be one. One task writes each shard in one PUT. See the object stores page for the
+        size to pick (e.g. ``2**24``: 64 MiB of 4-byte values, 512 chunks).
     duplicates
         What two values at one cell mean: ``"sum"`` adds them, as scipy does; ``"refuse"``
         raises before anything is written.
@@ -351,6 +368,7 @@ def to_sporadik(
         chunk=chunk,
         byte_addressable=byte_addressable,
         partition_bytes=partition_bytes,
+        shard=shard,
     )
     root = _prepare(store, storage_options, overwrite, source.labels, inputs)
     block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
@@ -389,6 +407,7 @@ def add_axis(
     axis: int,
     *,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     compute: Literal[True] = True,
     storage_options: dict[str, Any] | None = None,
@@ -402,6 +421,7 @@ def add_axis(
     axis: int,
     *,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     compute: Literal[False],
     storage_options: dict[str, Any] | None = None,
@@ -414,6 +434,7 @@ def add_axis(
     axis: int,
     *,
     chunk: int | None = None,
+    shard: int | None = None,
     byte_addressable: bool = False,
     compute: bool = True,
     storage_options: dict[str, Any] | None = None,
@@ -423,7 +444,8 @@ def add_axis(
 
     The new layout's chunks are written beside the finished ones, which readers go on reading;
     the block is rewritten to name it only after every chunk is written, keeping any other root
-    attributes. A store that already has the layout is returned as it is.
+    attributes. A store that already has the layout is returned as it is. ``chunk``, ``shard``
+    and ``byte_addressable`` are :func:`to_sporadik`'s, for the new layout only.
     """
     description = describe(store, storage_options=storage_options)
     axis = int(axis)
@@ -441,6 +463,7 @@ def add_axis(
         chunk=chunk,
         byte_addressable=byte_addressable,
         partition_bytes=partition_bytes,
+        shard=shard,
     )
     layouts = root[LAYOUTS_GROUP]
     assert isinstance(layouts, zarr.Group)  # described already

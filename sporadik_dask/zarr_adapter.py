@@ -4,10 +4,12 @@ zarr-python keeps its async core (``zarr.core``) and some codec state private, a
 any release. The package needs a few of them: the I/O loop that drives the async core from
 synchronous code (and works inside a running event loop), the async group and array types that
 open and describe a store in one batch, the buffer prototype for raw chunk objects, the numcodecs
-object inside ``ZstdCodec`` (to encode and decode chunks without zarr's per-chunk overhead) and
-zarr's resolution of a store-like into a store path. Each is imported or reached here only, and
-``tests/test_23_zarr_adapter.py`` checks every one, so a zarr upgrade that moves one fails that
-test by name rather than somewhere deep in a read.
+object inside ``ZstdCodec`` (to encode and decode chunks without zarr's per-chunk overhead),
+zarr's resolution of a store-like into a store path, and the crc32c checksum zarr's sharding codec
+puts after a shard's index (``google_crc32c``, a dependency of zarr's rather than of this
+package). Each is imported or reached here only, and ``tests/test_23_zarr_adapter.py`` checks
+every one, so a zarr upgrade that moves one fails that test by name rather than somewhere deep in
+a read.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "async_array",
     "buffer_prototype",
     "chunk_key",
+    "crc32c",
     "metadata_document",
     "resolve_store_path",
     "run",
@@ -59,6 +62,13 @@ def async_array(array: zarr.Array[Any]) -> AsyncArray[Any]:
 def chunk_key(array: zarr.Array[Any] | AsyncArray[Any], chunk: int) -> str:
     """The key of chunk ``chunk`` of a 1-D array, relative to the array (``c/3``)."""
     return array.metadata.encode_chunk_key((chunk,))
+
+
+def crc32c(data: bytes) -> bytes:
+    """The 4-byte little-endian crc32c checksum zarr's ``Crc32cCodec`` appends to ``data``."""
+    import google_crc32c
+
+    return int(google_crc32c.value(data)).to_bytes(4, "little")
 
 
 def metadata_document(array: zarr.Array[Any]) -> bytes:

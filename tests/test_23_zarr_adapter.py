@@ -165,3 +165,15 @@ def test_no_module_but_the_adapter_names_zarrs_private_parts() -> None:
         if private.search(line)
     ]
     assert not found, f"zarr's private names outside sporadik_dask/zarr_adapter.py: {found}"
+
+
+def test_crc32c_is_the_checksum_zarr_puts_after_a_shard_index(tmp_path) -> None:
+    from sporadik_dask.zarr_adapter import crc32c
+
+    array = zarr.create_array(
+        tmp_path / "h.zarr", shape=(8,), chunks=(2,), shards=(8,), dtype="int8", fill_value=0
+    )
+    array[:] = 1
+    shard = (tmp_path / "h.zarr" / "c" / "0").read_bytes()
+    index = shard[-(16 * 4 + 4) :]
+    assert crc32c(index[:-4]) == index[-4:]
