@@ -21,6 +21,7 @@ with the command that made them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -155,10 +156,8 @@ def measure(command: list[str]) -> dict[str, Any]:
                 tree = [root, *root.children(recursive=True)]
                 rss = 0
                 for member in tree:
-                    try:
+                    with contextlib.suppress(psutil.NoSuchProcess):
                         rss += member.memory_info().rss
-                    except psutil.NoSuchProcess:
-                        pass
                 peak = max(peak, rss)
             except psutil.NoSuchProcess:
                 return
@@ -203,7 +202,10 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=150_000)
     parser.add_argument("--genes", type=int, default=480)
     parser.add_argument(
-        "--values", type=int, nargs="*", default=[15_000_000, 30_000_000, 60_000_000],
+        "--values",
+        type=int,
+        nargs="*",
+        default=[15_000_000, 30_000_000, 60_000_000],
         help="values of each generated .h5ad (none: skip the .h5ad runs)",
     )
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, side by side")
@@ -232,8 +234,15 @@ def main() -> None:
     def record(what: str, route: str, measured: dict[str, Any]) -> None:
         rows.append((what, route, measured))
         shown = {k: v for k, v in measured.items() if k not in ("last",)}
-        print(what, route, f"{measured['seconds']:.1f} s", _gib(measured["peak"]), "GiB", shown,
-              flush=True)
+        print(
+            what,
+            route,
+            f"{measured['seconds']:.1f} s",
+            _gib(measured["peak"]),
+            "GiB",
+            shown,
+            flush=True,
+        )
 
     out = args.work / "out.zarr"
     for _ in range(args.repeat):

@@ -367,7 +367,9 @@ def _positions(labels: Any, names: Any) -> npt.NDArray[np.int64]:
     """Each of a split's names' position among an axis's sorted names, hashed by pyarrow."""
     import pyarrow.compute as pc
 
-    found: npt.NDArray[np.int64] = pc.index_in(names.cast(labels.type), value_set=labels).to_numpy().astype(np.int64)
+    found: npt.NDArray[np.int64] = (
+        pc.index_in(names.cast(labels.type), value_set=labels).to_numpy().astype(np.int64)
+    )
     return found
 
 
