@@ -161,6 +161,12 @@ def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, A
     """The array to write from ``args.input``, read lazily or streamed where its format allows."""
     from sporadik_dask import tables
 
+    if tables.is_parquet(args.input):
+        from sporadik_dask.parquet import parquet_source
+
+        return parquet_source(
+            args.input, args.columns, args.values, args.shape, staging, args.storage_options
+        )
     if tables.is_table(args.input):
         from sporadik_dask.sources import source_of
 

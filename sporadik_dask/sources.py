@@ -25,7 +25,7 @@ from sporadik_dask.labels import Labels, labels_of
 from sporadik_dask.plan import partition_bounds
 from sporadik_dask.spec import MIN_RANK, check_indptr
 
-__all__ = ["Labels", "Source", "source_of", "source_of_layout"]
+__all__ = ["Labels", "Source", "check_dtype", "frame_shape", "source_of", "source_of_layout"]
 
 #: Values per piece cut from an in-memory array: a few tens of MB of coordinates and values.
 PIECE_VALUES = 2**22
@@ -41,7 +41,7 @@ class Source:
     labels: Labels | None = None
 
 
-def _check_dtype(given: Any) -> np.dtype[Any]:
+def check_dtype(given: Any) -> np.dtype[Any]:
     dtype: np.dtype[Any] = np.dtype(given)
     if dtype.kind not in "biufc":
         raise LayoutError(
@@ -119,7 +119,7 @@ def source_of(
             tasks.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
         return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
     if isinstance(x, np.ndarray):
-        _check_dtype(x.dtype)
+        check_dtype(x.dtype)
         return _from_dask_array(da.from_array(x))
     raise SporadikError(
         f"Cannot write a {type(x).__module__}.{type(x).__name__}: pass a dask array, an xarray "
@@ -130,7 +130,7 @@ def source_of(
 
 def _from_dask_array(x: da.Array) -> Source:
     shape = _check_shape(x.shape)
-    dtype = _check_dtype(x.dtype)
+    dtype = check_dtype(x.dtype)
     meta_fill = getattr(x._meta, "fill_value", 0)
     if meta_fill != 0:
         tasks.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
@@ -139,7 +139,7 @@ def _from_dask_array(x: da.Array) -> Source:
 
 def _from_coo(coo: Any) -> Source:
     shape = _check_shape(coo.shape)
-    dtype = _check_dtype(coo.dtype)
+    dtype = check_dtype(coo.dtype)
     coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
     pieces = graph.pieces_of_coo(coords, data, shape, PIECE_VALUES)
     return Source(shape=shape, dtype=dtype, pieces=pieces)
@@ -152,7 +152,7 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
             "column per axis, in axis order."
         )
     values = da.asarray(data)
-    dtype = _check_dtype(values.dtype)
+    dtype = check_dtype(values.dtype)
     if values.ndim != 1:
         raise LayoutError(f"Values must be one column, but have shape {values.shape}.")
     aligned = []
@@ -204,14 +204,14 @@ def _from_frame(
     labels = {
         name: np.sort(np.asarray(u, dtype=str)) for name, u in zip(labelled, found, strict=True)
     }
-    sizes = _frame_shape(shape, columns, labels)
-    dtype = tasks.COUNT_DTYPE if values is None else _check_dtype(frame.dtypes[values])
+    sizes = frame_shape(shape, columns, labels)
+    dtype = tasks.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
     pieces = graph.pieces_of_frame(frame, sizes, columns, values, labels)
     return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
 
 
-def _frame_shape(
+def frame_shape(
     shape: Sequence[int] | None, columns: tuple[str, ...], labels: Mapping[str, Any]
 ) -> tuple[int, ...]:
     """The shape a table declares: label counts along labelled axes, ``shape`` elsewhere."""

@@ -44,6 +44,11 @@ def is_table(path: str | Path) -> bool:
     return str(path).lower().endswith(TABLE_SUFFIXES)
 
 
+def is_parquet(path: str | Path) -> bool:
+    """Whether ``path`` names a Parquet file or directory of files by its suffix."""
+    return str(path).lower().rstrip("/").endswith((".parquet", ".pq"))
+
+
 def read_table(
     path: str | Path,
     columns: Sequence[str],
