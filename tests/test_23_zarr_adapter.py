@@ -167,7 +167,7 @@ def test_no_module_but_the_adapter_names_zarrs_private_parts() -> None:
     assert not found, f"zarr's private names outside sporadik_dask/zarr_adapter.py: {found}"
 
 
-def test_crc32c_is_the_checksum_zarr_puts_after_a_shard_index(tmp_path) -> None:
+def test_crc32c_is_the_checksum_zarr_puts_after_a_shard_index(tmp_path: Path) -> None:
     from sporadik_dask.zarr_adapter import crc32c
 
     array = zarr.create_array(
