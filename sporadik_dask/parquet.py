@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.errors import LayoutError, SporadikError
+from sporadik_dask.tables import _check_columns
 
 __all__ = ["Split", "parquet_source", "splits_of"]
 
@@ -377,12 +378,3 @@ def _empty(rank: int, dtype: npt.DTypeLike) -> Any:
     import sparse
 
     return sparse.COO(np.empty((rank, 0), dtype=np.int64), np.empty(0, dtype), shape=(0,) * rank)
-
-
-def _check_columns(path: str | Path, wanted: Sequence[str], present: Sequence[str]) -> None:
-    missing = [column for column in wanted if column not in present]
-    if missing:
-        raise SporadikError(
-            f"{path} has no column {', '.join(map(repr, missing))}; it has "
-            f"{', '.join(map(repr, present))}. Check --columns and --values."
-        )
