@@ -13,7 +13,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
+from sporadik_dask.errors import LayoutError
+
+__all__ = ["add_runs", "sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -168,6 +170,76 @@ def sum_runs(
         return summed
     except (numba.core.errors.TypingError, NotImplementedError):
         return None
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_runs(
+    bases: Any,
+    lengths: Any,
+    indices: Any,
+    stride: int,
+    values: Any,
+    skipna: bool,
+    total: Any,
+    squares: Any,
+    nans: Any,
+) -> int:
+    i = 0
+    for run in range(len(lengths)):
+        base = bases[run]
+        if base < 0:  # a run in no group
+            i += lengths[run]
+            continue
+        for _ in range(lengths[run]):
+            cell = base + (indices[i] * stride if indices.size else 0)
+            if cell < 0 or cell >= nans.size:
+                return i  # a stored index past its axis: stop before writing outside
+            value = values[i]
+            i += 1
+            if value != value:  # NaN
+                nans[cell] += 1
+                if skipna:
+                    continue
+            if total.size:
+                total[cell] += value
+            if squares.size:
+                wide = value * 1.0  # squared in float64, as numpy squares the widened values
+                squares[cell] += wide * wide
+    return -1
+
+
+def add_runs(
+    bases: npt.NDArray[np.int64],
+    lengths: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    stride: int,
+    values: npt.NDArray[Any],
+    *,
+    skipna: bool,
+    total: npt.NDArray[Any],
+    squares: npt.NDArray[Any],
+    nans: npt.NDArray[np.int64],
+) -> bool:
+    """Adds runs of values into dense fields in place, in one pass: value ``i`` of run ``r``
+    lands in cell ``bases[r] + indices[i] * stride`` (``bases[r]`` -1: nowhere), its total into
+    ``total``, its square into ``squares`` (either may be empty: not wanted), a NaN counted in
+    ``nans`` (and left out of the sums under ``skipna``).
+
+    Values add in the order they come, in the accumulators' dtype, so the sums equal a
+    ``bincount`` of the same values. False when numba cannot hold a dtype (nothing added then).
+    Raises :class:`LayoutError` for a stored index past its axis (a damaged store).
+    """
+    try:
+        bad = _add_runs(bases, lengths, indices, stride, values, skipna, total, squares, nans)
+    except (numba.core.errors.TypingError, NotImplementedError):
+        return False
+    if bad >= 0:
+        raise LayoutError(
+            f"stored index {int(indices[bad])} lies past its axis: the layout is damaged, and "
+            "a sum over it would add values into other cells. Validate the store "
+            "(`sporadik-dask validate`) and rewrite it."
+        )
+    return True
 
 
 @numba.njit(cache=True, nogil=True)

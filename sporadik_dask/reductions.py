@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
-from sporadik_dask.kernels import sort_by_lead, sum_runs
+from sporadik_dask.kernels import add_runs, sort_by_lead, sum_runs
 
 __all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
 
@@ -547,6 +547,37 @@ def _ahead(
             yield a, b, fetched
 
 
+def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> tuple[int, int] | None:
+    """``(run_stride, index_stride)`` when each value's dense output cell is its run's
+    coordinate (position, or group code) times ``run_stride`` plus its raveled index times
+    ``index_stride``: the case :func:`kernels.add_runs` adds in one pass, with no per-value
+    coordinates built. None otherwise (another axis reduced or grouped, a ravel order the
+    output's does not share), and for dtypes or ops the kernel does not take."""
+    if (
+        dtype.kind not in "fiu"
+        or op in ("max", "min")
+        or (op in ("var", "std") and dtype.kind != "f")
+    ):
+        return None
+    out = target.out_shape
+    stride = {a: math.prod(out[p + 1 :]) for p, a in enumerate(target.kept)}
+    if target.kept in ((), (layout.indexed_axis,)):  # the run alone says where a value lands
+        return stride.get(layout.indexed_axis, 0), 0
+    grouped = target.grouping.axis if target.grouping is not None else None
+    index_strides = [math.prod(layout.index_shape[p + 1 :]) for p in range(len(layout.index_order))]
+    others = [
+        (o, s)
+        for o, s in zip(layout.index_order, index_strides, strict=True)
+        if target.shape[o] > 1
+    ]
+    if any(o not in stride or o == grouped for o, _ in others):
+        return None
+    step = stride[others[-1][0]] // others[-1][1] if others else 0
+    if any(stride[o] != step * s for o, s in others):
+        return None
+    return stride.get(layout.indexed_axis, 0), step
+
+
 def store_fields(
     reader: Any,
     op: Op,
@@ -575,6 +606,34 @@ def store_fields(
 
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
     parts = [_gather(op, target, *nothing, skipna, dense)]
+    strides = _affine(op, target, layout, reader.dtype) if dense else None
+    fields: Fields = parts[0]  # type: ignore[assignment]
+    empty = np.zeros(0, np.float64)
+
+    def add(bases: Any, lengths: Any, indices: Any, stride: int, values: Any) -> bool:
+        return add_runs(
+            bases,
+            lengths,
+            indices,
+            stride,
+            values,
+            skipna=skipna,
+            total=fields.get("total", empty),
+            squares=fields.get("squares", empty),
+            nans=fields["nans"],
+        )
+
+    none = nothing[0]
+    if strides is not None and add(none, none, none, 0, nothing[1]):  # numba takes the dtype
+        run_stride, index_stride = strides
+        for a, b, (indices, values) in _ahead(fetch, batches):
+            positions = np.arange(first + a, first + b, dtype=np.int64)
+            if grouped_here:
+                positions = target.grouping.codes[positions]  # type: ignore[union-attr]
+            bases = np.where(positions >= 0, positions * run_stride, -1)
+            lengths = hi[a:b] - lo[a:b]
+            add(bases, lengths, none if indices is None else indices, index_stride, values)
+        return fields
     for a, b, (indices, values) in _ahead(fetch, batches):
         coords: list[Any] = [None] * len(reader.shape)
         positions = np.arange(first + a, first + b, dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -147,3 +148,56 @@ def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_den
             got = reductions.reduce_store(reader, op, target, skipna=skipna, dense=False)
         assert isinstance(got, sparse.COO) and got.dtype == expected.dtype
         np.testing.assert_allclose(got.todense(), expected, rtol=2e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
+@pytest.mark.parametrize("orders", [{0: (1, 2), 1: (0, 2), 2: (0, 1)}, {0: (2, 1), 2: (1, 0)}])
+def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coordinates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: Any, orders: dict[int, Any]
+) -> None:
+    """The one-pass adder over runs (taken where each value's output cell is affine in its run
+    and raveled index) and the per-value path (taken elsewhere) against the coordinates' own."""
+    from sporadik_dask.read import StoreReader
+    from tests.helpers import write_reference
+
+    dense = _dense(dtype)
+    reader = StoreReader(write_reference(tmp_path / "s.zarr", dense, orders, chunk=16))
+    coo = sparse.COO.from_numpy(dense)
+    monkeypatch.setattr(reductions, "BATCH_VALUES", 50)  # many batches, each added in place
+    codes = np.random.default_rng(2).integers(-1, 3, 30)
+    codes[:3] = np.arange(3)
+    groupings = [None, reductions.Grouping(0, codes, 3), reductions.Grouping(2, codes[:5] % 2, 2)]
+    for op in reductions.OPS:
+        if not reductions.supported(op, np.dtype(dtype)):
+            continue
+        for axes, grouping, skipna in itertools.product([(), *AXES], groupings, [True, False]):
+            if (grouping is None and not axes) or (grouping and grouping.axis in axes):
+                continue
+            target = reductions.Target(dense.shape, axes, grouping)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                expected = reductions.reduce_coo(coo, op, target, skipna=skipna)
+                got = reductions.reduce_store(reader, op, target, skipna=skipna)
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
+
+
+def test_a_stored_index_past_its_axis_fails_a_pass_with_a_layout_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    import zarr
+
+    from sporadik_dask.errors import LayoutError
+    from sporadik_dask.read import StoreReader
+    from tests.helpers import write_reference
+
+    dense = _dense(np.float32)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1, 2)})
+    indices = zarr.open_array(path / "layouts" / "axis0" / "indices", mode="r+")
+    indices[3] = 20 * 5 + 7  # past the 20 x 5 cells a run of axis 0 can reach
+    reader = StoreReader(path)
+    grouping = reductions.Grouping(0, np.arange(30) % 4, 4)
+    with pytest.raises(LayoutError, match="107"):  # the one-pass adder never writes past its cells
+        reductions.reduce_store(
+            reader, "sum", reductions.Target(dense.shape, (), grouping), skipna=True
+        )

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask.array as da
 import numpy as np
 import numpy.typing as npt
 import pytest
 import scipy.sparse as sp
 import sparse
 import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sporadik_dask as sd
 from tests.helpers import random_dense
@@ -106,3 +110,73 @@ def test_past_the_dense_budget_group_sums_and_means_come_back_sparse_and_equal(
             data = result.data.compute() if chunks is not None else result.data
             assert isinstance(data, sparse.COO) and data.dtype == np.float32
             np.testing.assert_allclose(data.todense(), expected, rtol=1e-5)
+
+
+@st.composite
+def _grouped_stores(draw: st.DrawFn) -> tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any]:
+    """A rank 2-3 array (NaN among float values), the axis grouped, its labels, and chunks."""
+    shape = tuple(draw(st.lists(st.integers(1, 7), min_size=2, max_size=3)))
+    dtype = draw(st.sampled_from([np.float32, np.int32]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    dense = random_dense(rng, shape, draw(st.sampled_from([0.0, 0.3, 1.0])), dtype)
+    if dtype == np.float32 and draw(st.booleans()):
+        dense.flat[rng.integers(0, dense.size)] = np.nan
+    axis = draw(st.integers(0, len(shape) - 1))
+    kind = draw(st.sampled_from(["random", "one group", "each its own", "empty groups"]))
+    size = shape[axis]
+    labels = {
+        "random": rng.choice(list("dcba"), size),
+        "one group": np.full(size, "all"),
+        "each its own": np.arange(size)[::-1].astype(str),
+        "empty groups": rng.choice(list("ac"), size),  # "b" below is a group with no member
+    }[kind]
+    chunks = draw(st.sampled_from([None, {}, {"d0": 2, "d1": 3}]))
+    return dense, axis, labels, (chunks, kind == "empty groups")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_grouped_stores())
+def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
+    case: tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any],
+) -> None:
+    from xarray.groupers import UniqueGrouper
+
+    dense, axis, labels, (chunks, empty) = case
+    dims = tuple(f"d{k}" for k in range(dense.ndim))
+    grouped = dims[axis]
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "s.zarr"
+        sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims), path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # chunks separating stored ones
+            counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
+        counts = counts.assign_coords(kind=(grouped, labels))
+        numpy = xr.DataArray(dense, dims=dims).assign_coords(kind=(grouped, labels))
+        groups, indicator = _indicator(labels)
+        if empty:  # ask for a group no position is in
+            groups = np.array(["a", "b", "c"])
+            codes = np.searchsorted(groups, labels)
+            indicator = sp.csr_matrix(
+                (np.ones(len(labels)), (codes, np.arange(len(labels)))), shape=(3, len(labels))
+            )
+        by = {"kind": UniqueGrouper(labels=groups)} if empty else {"kind": UniqueGrouper()}
+        moved = np.moveaxis(dense.astype(np.float64), axis, 0).reshape(dense.shape[axis], -1)
+        present = ~np.isnan(moved)
+        sums = indicator @ np.where(present, moved, 0)
+        stored = indicator @ present.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = sums / stored
+        missing = np.asarray(indicator.sum(axis=1)).ravel() == 0  # NaN, as xarray's flox path
+        sums[missing] = np.nan
+        for op, flat in (("sum", sums), ("mean", means), ("count", stored)):
+            result = getattr(counts.groupby(by), op)()
+            expected = getattr(numpy.groupby(by), op)()  # xarray's dims, labels and dtype
+            assert result.dims == expected.dims
+            assert isinstance(result.data, np.ndarray if chunks is None else da.Array)
+            promoted = missing.any() and op != "count" and expected.dtype.kind not in "fc"
+            assert result.dtype == (np.float64 if promoted else expected.dtype), op
+            np.testing.assert_array_equal(result["kind"].values, groups)
+            out = np.moveaxis(flat.reshape(len(groups), *np.delete(dense.shape, axis)), 0, axis)
+            np.testing.assert_allclose(
+                result.values.astype(np.float64), out, rtol=1e-5, equal_nan=True
+            )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import READ_PREFIX
@@ -226,16 +227,17 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
         return None
     codes = np.asarray(groupby.encoded.codes.values, dtype=np.int64)
     grouping = Grouping(obj.get_axis_num(grouped_dim), codes, len(groupby.encoded.full_index))
-    if not grouping.members().all():  # xarray fills empty groups with NaN; leave it to xarray
-        return None
     others = tuple(sorted(obj.get_axis_num(d) for d in dims if d != grouped_dim))
     target = Target(tuple(obj.shape), others, grouping)
     dense = _dense(target, options[0])
-    if dense is None:
+    empty = grouping.members() == 0  # groups asked for by name that no position is in
+    if dense is None or (empty.any() and not dense):
         return None
     data = _pushed_data(obj.variable, target, *options, dense=dense)
     if data is None:
         return None
+    if empty.any() and options[0] != "count":
+        data = _empty_groups_missing(data, empty, target.kept.index(grouping.axis))
     (name,) = groupby.encoded.unique_coord.dims
     out_dims = tuple(name if d == grouped_dim else d for d in (obj.dims[a] for a in target.kept))
     kept_dims = set(out_dims)
@@ -251,6 +253,17 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     if keep:
         result.attrs.update(obj.attrs)
     return result.assign_coords(groupby.encoded.coords)
+
+
+def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> Any:
+    """``data`` with every cell of an empty group missing (NaN), as xarray's flox path leaves
+    them; integers are promoted to float64 to hold it, as xarray promotes a reindexed integer
+    array (flox writes the integer's minimum there, a value nobody stored)."""
+    spot = [1] * data.ndim
+    spot[at] = empty.size
+    if data.dtype.kind not in "fc":
+        data = data.astype(np.float64)
+    return np.where(empty.reshape(spot), np.asarray(np.nan, dtype=data.dtype), data)
 
 
 def _is_sporadik_dask(data: Any) -> bool:
