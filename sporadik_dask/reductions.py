@@ -698,7 +698,7 @@ def reduce_store_dask(
         bounds,
         label=f"sporadik-{op}",
         fields=(store_fields, reader, op, target, skipna, dense),
-        merge=(merge_fields, op),
+        merge=(merge_spans, op, target, layout.indexed_axis, reader.dtype),
         finish=(finish_fields, op, target, reader.dtype, skipna, ddof),
         shape=target.out_shape,
         meta=_meta(op, target, reader.dtype, dense),
@@ -840,6 +840,18 @@ def offset_fields(
 def merge_fields(op: Op, *parts: Fields | SparseFields) -> Fields | SparseFields:
     """Fields of several pieces (blocks, spans of runs), dense or sparse, combined."""
     return _combine(op, parts)
+
+
+def merge_spans(
+    op: Op, target: Target, axis: int, dtype: np.dtype[Any], *parts: Fields | SparseFields
+) -> Fields | SparseFields:
+    """Fields of consecutive spans of a layout's runs, in span order, combined: sparse fields
+    of a target keeping ``axis`` ungrouped share no cell, so they are concatenated and put in C
+    order by one counting sort (:meth:`_Disjoint.merge`), not sorted by comparison."""
+    disjoint = _Disjoint.of(target, axis, dtype) if isinstance(parts[0], SparseFields) else None
+    if disjoint is None:
+        return _combine(op, parts)
+    return disjoint.merge(list(parts))  # type: ignore[arg-type]
 
 
 def _meta(op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:

@@ -201,3 +201,30 @@ def test_a_stored_index_past_its_axis_fails_a_pass_with_a_layout_error_not_a_cra
         reductions.reduce_store(
             reader, "sum", reductions.Target(dense.shape, (), grouping), skipna=True
         )
+
+
+@pytest.mark.parametrize("op", reductions.SPARSE_OPS)
+@pytest.mark.parametrize("grouped", [0, 1, 2])
+def test_a_sparse_reduction_of_a_store_in_many_spans_equals_the_dense_one(
+    tmp_path: Path, op: reductions.Op, grouped: int
+) -> None:
+    """Spans' fields merged in a tree (concatenated and counting-sorted where they share no
+    cell, added where they may) give the one-pass dense result."""
+    import sporadik_dask as sd
+    from sporadik_dask.read import StoreReader
+
+    dense = _dense(np.float32)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(sparse.COO.from_numpy(dense), path, axes=(0, 1, 2), chunk=16)
+    reader = StoreReader(path)
+    codes = np.random.default_rng(6).integers(-1, 3, dense.shape[grouped])
+    codes[:3] = np.arange(3)
+    grouping = reductions.Grouping(grouped, codes, 3)
+    for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
+        target = reductions.Target(dense.shape, reduced, grouping)
+        expected = reductions.reduce_store(reader, op, target, skipna=True)
+        spans = reductions.reduce_store_dask(reader, op, target, 7, skipna=True, dense=False)
+        assert len(spans.dask) > 7  # span leaves, the merges above them, the result
+        got = spans.compute()
+        assert isinstance(got, sparse.COO) and got.dtype == expected.dtype
+        np.testing.assert_allclose(got.todense(), expected, rtol=2e-5, equal_nan=True)
