@@ -568,7 +568,7 @@ def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> tuple[
     others = [
         (o, s)
         for o, s in zip(layout.index_order, index_strides, strict=True)
-        if target.shape[o] > 1
+        if target.shape[o] > 1 or o == grouped  # a lone position may still be relabeled
     ]
     if any(o not in stride or o == grouped for o, _ in others):
         return None

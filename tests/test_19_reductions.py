@@ -217,7 +217,7 @@ def test_a_sparse_reduction_of_a_store_in_many_spans_equals_the_dense_one(
     path = tmp_path / "s.zarr"
     sd.to_sporadik(sparse.COO.from_numpy(dense), path, axes=(0, 1, 2), chunk=16)
     reader = StoreReader(path)
-    codes = np.random.default_rng(6).integers(-1, 3, dense.shape[grouped])
+    codes = np.random.default_rng(6).integers(-1, 3, int(dense.shape[grouped]))
     codes[:3] = np.arange(3)
     grouping = reductions.Grouping(grouped, codes, 3)
     for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:

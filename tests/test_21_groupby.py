@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 import sparse
 import xarray as xr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
@@ -136,6 +136,9 @@ def _grouped_stores(draw: st.DrawFn) -> tuple[npt.NDArray[Any], int, npt.NDArray
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_grouped_stores())
+@example(  # one position along the grouped axis, relabeled as the third group
+    case=(np.array([[np.nan], [0]], np.float32), 1, np.array(["c"]), (None, True))
+)
 def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
     case: tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any],
 ) -> None:
