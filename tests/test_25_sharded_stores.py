@@ -307,3 +307,43 @@ def test_a_fault_on_one_shards_get_raises_fetch_error_naming_it(
         with pytest.raises(sd.FetchError, match=r"shard 1 of layouts/axis1/data"):
             _ = ds[next(iter(ds.data_vars))].isel(dim_1=list(range(0, 200, 2))).data
     np.testing.assert_array_equal(sd.from_sporadik(store, axis=1).compute().todense(), dense)
+
+
+# --- waves: open, and one position after open ------------------------------------------------
+
+
+def _located(server: LoopbackS3, proxy: S3Proxy, kind: str) -> tuple[Any, dict[str, Any]]:
+    """A fresh store location through the proxy: an fsspec URL with its options, or obstore's."""
+    prefix = f"{uuid.uuid4().hex}/counts.zarr"
+    if kind == "fsspec":
+        options = server.storage_options(proxy.endpoint)
+        return f"s3://{server.bucket}/{prefix}", {"storage_options": options}
+    return server.obstore(prefix, proxy.endpoint), {}
+
+
+#: Held per request in the wave tests, so requests sent together overlap at the proxy.
+_ROUND_TRIP = Latency(delay=0.05)
+
+
+@pytest.mark.parametrize("shard", [None, 2048])
+@pytest.mark.parametrize("kind", ["fsspec", "obstore"])
+def test_opening_a_store_takes_two_waves_the_root_then_every_layout_document_at_once(
+    loopback: tuple[LoopbackS3, S3Proxy], kind: str, shard: int | None
+) -> None:
+    import xarray as xr
+
+    server, proxy = loopback
+    store, options = _located(server, proxy, kind)
+    dense = random_dense(np.random.default_rng(11), (300, 200), 0.1)
+    sd.to_sporadik(dense, store, chunk=256, shard=shard, **options)
+    for open_ in (
+        lambda: sd.StoreReader(store, **options),
+        # chunks="auto" reads all of indptr to balance blocks by their values: a third wave
+        lambda: sd.from_sporadik(store, chunks=(100, 100), **options),
+        lambda: xr.open_dataset(store, engine="sporadik", **options),
+    ):
+        with proxy.slowed(_ROUND_TRIP), proxy.counting() as opened:
+            open_()
+        documents = [p for m, p in opened.log if m == "GET" and p.endswith("zarr.json")]
+        assert len(documents) == 11, opened.log  # the root; per layout a group and four arrays
+        assert opened.waves <= 2, opened.log
