@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +52,15 @@ from sporadik_dask.zarr_adapter import (
     zstd_codec,
 )
 
-__all__ = ["COALESCE_GAP", "COALESCE_MAX", "read_chunks", "shard_of", "write_chunks"]
+__all__ = [
+    "COALESCE_GAP",
+    "COALESCE_MAX",
+    "PREFETCH_SHARDS",
+    "WHOLE_SHARD",
+    "read_chunks",
+    "shard_of",
+    "write_chunks",
+]
 
 Encoder = Callable[[npt.NDArray[Any]], bytes]
 
@@ -65,6 +73,17 @@ COALESCE_GAP = 1 << 20
 #: parallel rather than one connection streaming a whole shard (8 MiB is ~80 ms at 100 MB/s).
 #: ``dask.config`` ``sporadik.coalesce-max`` overrides it.
 COALESCE_MAX = 8 << 20
+#: Bytes of values (uncompressed) up to which a shard whose index is not known yet is fetched
+#: whole rather than its index and then a range: two requests in sequence become one. 2 MiB moves
+#: in ~20 ms at the ~100 MB/s one S3 connection streams, one round trip, and compressed it is
+#: fewer; ``indptr`` of 262,144 positions (int64) or 524,288 (int32) fits in one such shard.
+#: ``dask.config`` ``sporadik.whole-shard`` overrides it.
+WHOLE_SHARD = 2 << 20
+#: Shards of the arrays a read will need next (``data`` and ``indices`` while ``indptr`` is read)
+#: whose indexes are fetched with the current wave when none is known yet, so the next wave is
+#: ranges alone. An index is 16 bytes per inner chunk (8 KiB at 64 MiB shards of 128 KiB chunks);
+#: past this many the unneeded ones would cost more requests than the wave they save.
+PREFETCH_SHARDS = 64
 #: An inner chunk the shard index marks absent (the fill value): offset and length both 2**64-1.
 _ABSENT = np.uint64(2**64 - 1)
 
@@ -234,16 +253,20 @@ def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encode: Encoder)
     return b"".join(parts)
 
 
-async def _gather(awaitables: list[Any]) -> list[Any]:
+async def _gather(awaitables: list[Any], alongside: Any = None) -> list[Any]:
     """Await all, at most zarr's ``async.concurrency`` at a time, as zarr itself does: an object
-    store answers a few dozen requests in flight faster than a thousand at once."""
+    store answers a few dozen requests in flight faster than a thousand at once. ``alongside``,
+    a coroutine whose result is not wanted, runs in the same batch."""
     limit = asyncio.Semaphore(max(int(zarr.config.get("async.concurrency") or 10), 1))
 
     async def bounded(awaitable: Any) -> Any:
         async with limit:
             return await awaitable
 
-    return list(await asyncio.gather(*(bounded(a) for a in awaitables)))
+    if alongside is None:
+        return list(await asyncio.gather(*(bounded(a) for a in awaitables)))
+    found, _ = await asyncio.gather(asyncio.gather(*(bounded(a) for a in awaitables)), alongside)
+    return list(found)
 
 
 async def _fetch(path: Any, prototype: Any) -> Any:
@@ -270,28 +293,43 @@ async def _fetched(fetch: Any, what: Any) -> Any:
 
 def read_chunks(
     requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
+    *,
+    next_arrays: Sequence[zarr.Array[Any]] = (),
 ) -> list[list[npt.NDArray[Any]]]:
     """Whole chunks of several 1-D arrays, fetched in one batch: for each ``(array, chunk ids)``,
     the decoded chunks in the order asked (a missing chunk is the fill value, 0).
 
-    Inner chunks of a sharded array are fetched by byte range: first the index of every shard
-    not read before by this array object (one batch), then every needed range, merged across
-    small gaps, in the same batch as every unsharded chunk.
+    Inner chunks of a sharded array are fetched by byte range:
+
+    1. The index of every shard not read before by this array object, all in one batch: a
+       suffix request, or the whole shard when its values take at most :data:`WHOLE_SHARD`
+       bytes (the object then holds the index and the chunks, so no second request follows).
+    2. Every needed range, merged across small gaps, in one batch with every unsharded chunk.
+
+    ``next_arrays`` are arrays the caller reads next (``data`` and ``indices`` after ``indptr``):
+    when none of their indexes is known and they have at most :data:`PREFETCH_SHARDS` shards, all
+    their indexes are fetched in this call's first batch, so the next read is ranges alone.
     """
     local = _local_files(requests)
     if local is not None:
         return local
     shardings = [shard_of(array) for array, _ in requests]
-    _shard_indexes(
-        [(array, ids, sharding) for (array, ids), sharding in zip(requests, shardings, strict=True)]
-    )
+    needed = [
+        _IndexRequest(array, ids, sharding)
+        for (array, ids), sharding in zip(requests, shardings, strict=True)
+    ]
+    ahead = _prefetched(next_arrays)
+    whole: dict[tuple[int, int], Any] = {}
+    if _unknown(needed):
+        whole = run(_shard_indexes(needed + ahead))
+        ahead = []
     fetches: list[Any] = []
     plans: list[list[Any] | None] = []
     placements: list[list[tuple[int, int, int] | None] | None] = []
     for (array, ids), sharding in zip(requests, shardings, strict=True):
         if sharding is not None:
             plans.append(sharding.compressors)
-            placements.append(_plan_ranges(array, ids, sharding, fetches))
+            placements.append(_plan_ranges(array, ids, sharding, fetches, whole))
             continue
         placements.append(None)
         compressors = _compressors(array)
@@ -309,7 +347,7 @@ def read_chunks(
             prototype = buffer_prototype()
             fetches += [_fetch(array.store_path / chunk_key(array, int(i)), prototype) for i in ids]
     try:
-        fetched = run(_gather(fetches)) if fetches else []
+        fetched = run(_gather(fetches, _shard_indexes(ahead))) if fetches or ahead else []
     except (RuntimeError, ValueError) as broken:  # zarr's own decoding, for other codecs
         if isinstance(broken, (LayoutError, FetchError)):  # FetchError is a ValueError too
             raise
@@ -343,36 +381,82 @@ def _known_indexes(array: zarr.Array[Any]) -> dict[int, npt.NDArray[np.uint64] |
     return _INDEXES[key]
 
 
-def _shard_indexes(
-    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64], Sharding | None]],
-) -> list[dict[int, npt.NDArray[np.uint64] | None]]:
-    """The index of every shard the requests touch, fetching those not known yet in one batch
-    (a suffix range of each shard object: the index is its last bytes)."""
-    found: list[dict[int, npt.NDArray[np.uint64] | None]] = []
-    wanted: list[tuple[dict[int, Any], int, zarr.Array[Any], Sharding]] = []
-    for array, ids, sharding in requests:
-        known = _known_indexes(array) if sharding is not None else {}
-        found.append(known)
+def _prefetched(arrays: Sequence[zarr.Array[Any]]) -> list[_IndexRequest]:
+    """One inner chunk per shard of each sharded array in ``arrays`` none of whose indexes is
+    known yet, when it has few enough shards: requests for their indexes alone."""
+    found = []
+    for array in arrays:
+        sharding = shard_of(array)
+        if sharding is None or _known_indexes(array):
+            continue
+        shards = -(-int(array.shape[0]) // sharding.shard)
+        if shards <= PREFETCH_SHARDS:
+            ids = np.arange(shards, dtype=np.int64) * sharding.per_shard
+            found.append(_IndexRequest(array, ids, sharding, whole=False))
+    return found
+
+
+class _IndexRequest(NamedTuple):
+    """Shards whose indexes a read needs: those holding inner chunks ``ids`` of ``array``."""
+
+    array: zarr.Array[Any]
+    ids: npt.NDArray[np.int64]
+    sharding: Sharding | None
+    #: Whether a small shard may be fetched whole (its chunks are needed now) or only its index.
+    whole: bool = True
+
+
+def _unknown(requests: list[_IndexRequest]) -> bool:
+    """Whether any shard the requests touch has an index this array object does not know."""
+    for array, ids, sharding, _ in requests:
+        if sharding is not None:
+            known = _known_indexes(array)
+            shards = np.unique(np.asarray(ids, dtype=np.int64) // sharding.per_shard)
+            if any(int(shard) not in known for shard in shards):
+                return True
+    return False
+
+
+async def _shard_indexes(requests: list[_IndexRequest]) -> dict[tuple[int, int], Any]:
+    """Fetch the index of every shard the requests touch and this array object does not know
+    yet, in one batch: a suffix range of each shard object (the index is its last bytes), or the
+    whole object when its values take at most :data:`WHOLE_SHARD` bytes. Returns the whole
+    objects fetched, by ``(id of the async array, shard)``, for this read to cut chunks from."""
+    import dask.config
+
+    limit = int(dask.config.get("sporadik.whole-shard", WHOLE_SHARD))
+    wanted: dict[tuple[int, int], tuple[dict[int, Any], int, zarr.Array[Any], Sharding, bool]] = {}
+    for array, ids, sharding, may_be_whole in requests:
         if sharding is None:
             continue
+        known = _known_indexes(array)
+        whole = may_be_whole and sharding.shard * np.dtype(array.dtype).itemsize <= limit
         for shard in np.unique(np.asarray(ids, dtype=np.int64) // sharding.per_shard).tolist():
             if shard not in known:
-                wanted.append((known, int(shard), array, sharding))
+                key = (id(async_array(array)), int(shard))
+                wanted.setdefault(key, (known, int(shard), array, sharding, whole))
     if not wanted:
-        return found
+        return {}
     prototype = buffer_prototype()
     fetches = [
         _fetched(
             (array.store_path / chunk_key(array, shard)).get(
-                prototype, byte_range=SuffixByteRequest(sharding.index_bytes)
+                prototype,
+                byte_range=None if whole else SuffixByteRequest(sharding.index_bytes),
             ),
-            f"the index of shard {shard} of {array.path} ({chunk_key(array, shard)})",
+            f"{'' if whole else 'the index of '}shard {shard} of {array.path} "
+            f"({chunk_key(array, shard)})",
         )
-        for _, shard, array, sharding in wanted
+        for known, shard, array, sharding, whole in wanted.values()
     ]
-    for (known, shard, array, sharding), item in zip(wanted, run(_gather(fetches)), strict=True):
+    objects: dict[tuple[int, int], Any] = {}
+    for key, item in zip(wanted, await _gather(fetches), strict=True):
+        known, shard, array, sharding, whole = wanted[key]
+        if whole and item is not None:
+            objects[key] = item.to_bytes()
+            item = prototype.buffer.from_bytes(objects[key][-sharding.index_bytes :])
         known[shard] = _parse_index(item, array, shard, sharding)
-    return found
+    return objects
 
 
 def _parse_index(
@@ -399,12 +483,14 @@ def _plan_ranges(
     ids: npt.NDArray[np.int64],
     sharding: Sharding,
     fetches: list[Any],
+    whole: dict[tuple[int, int], Any],
 ) -> list[tuple[int, int, int] | None]:
     """Add the ranged fetches of inner chunks ``ids`` to ``fetches``; return, per id, which fetch
     holds it and where (``(fetch, start, stop)``), or None for an absent chunk.
 
     Per shard, the wanted chunks sorted by offset are merged into one range while the gap to the
-    next is at most :data:`COALESCE_GAP` and the range at most :data:`COALESCE_MAX` long.
+    next is at most :data:`COALESCE_GAP` and the range at most :data:`COALESCE_MAX` long. A shard
+    in ``whole`` (fetched whole by :func:`_shard_indexes`) is one fetch already done.
     """
     import dask.config
 
@@ -432,6 +518,12 @@ def _plan_ranges(
                     continue
             groups.append([span])
         key = chunk_key(array, shard)
+        fetched = whole.get((id(async_array(array)), shard))
+        if fetched is not None:
+            for offset, stop, n in spans:
+                placed[n] = (len(fetches), offset, stop)
+            fetches.append(_done(fetched))
+            continue
         for group in groups:
             begin, end = group[0][0], max(stop for _, stop, _ in group)
             for offset, stop, n in group:
@@ -445,6 +537,11 @@ def _plan_ranges(
                 )
             )
     return placed
+
+
+async def _done(value: bytes) -> bytes:
+    """``value``, as a fetch that has already happened."""
+    return value
 
 
 def _cut(

@@ -179,15 +179,31 @@ def _is_byte_addressable(array: AsyncArray[Any]) -> bool:
     )
 
 
-async def _describe_layout(
-    root: AsyncGroup,
+#: The nodes of one layout, each read from its own ``zarr.json``: the group, then its arrays.
+_NODES = ("", *ARRAY_NAMES, MAXIMA)
+
+
+async def _layout_nodes(root: AsyncGroup, entries: tuple[LayoutEntry, ...]) -> list[list[Any]]:
+    """Every layout's group and arrays (None where there is none), all documents in one batch.
+
+    The block names each layout's path and the format names its arrays, so no document waits
+    for another: on an object store, one round trip after the root's for any number of layouts.
+    """
+    paths = [f"{entry.path}/{name}".rstrip("/") for entry in entries for name in _NODES]
+    found = await asyncio.gather(*(_child(root, path) for path in paths))
+    return [list(found[k : k + len(_NODES)]) for k in range(0, len(found), len(_NODES))]
+
+
+def _describe_layout(
+    nodes: list[Any],
     entry: LayoutEntry,
     shape: tuple[int, ...],
     where: str,
 ) -> tuple[LayoutDescription, dict[str, AsyncArray[Any]]]:
-    """One layout, refusing anything that contradicts itself or the block (metadata only), and
-    the arrays it opened by path (``maxima`` only when the layout carries it)."""
-    child = await _child(root, entry.path)
+    """One layout from its nodes (:func:`_layout_nodes`), refusing anything that contradicts
+    itself or the block, and the arrays it opened by path (``maxima`` only when the layout
+    carries it)."""
+    child = nodes[0]
     if not isinstance(child, AsyncGroup):
         raise IncompleteError(
             f"{where} names layout {entry.path!r}, but the prefix holds no group there: the block "
@@ -219,8 +235,7 @@ async def _describe_layout(
             "and the block describe different arrays."
         )
 
-    found = await asyncio.gather(*(_child(child, name) for name in (*ARRAY_NAMES, MAXIMA)))
-    arrays: dict[str, Any] = dict(zip((*ARRAY_NAMES, MAXIMA), found, strict=True))
+    arrays: dict[str, Any] = dict(zip(_NODES[1:], nodes[1:], strict=True))
     missing = [name for name in ARRAY_NAMES if not isinstance(arrays[name], AsyncArray)]
     if missing:
         raise LayoutError(
@@ -341,9 +356,11 @@ async def open_store_async(
     where = location_of(store)
     root = await open_group_async(store, mode="r", storage_options=storage_options)
     block = parse_block(root.attrs, where)
-    described = await asyncio.gather(
-        *(_describe_layout(root, entry, block.shape, where) for entry in block.layouts)
-    )
+    nodes = await _layout_nodes(root, block.layouts)
+    described = [
+        _describe_layout(found, entry, block.shape, where)
+        for found, entry in zip(nodes, block.layouts, strict=True)
+    ]
     description = StoreDescription(
         location=where,
         spec=block.spec,
@@ -358,7 +375,7 @@ def open_store(store: StoreLike, *, storage_options: dict[str, Any] | None = Non
     """Open the sparse store at ``store`` for reading: root, description and arrays, together.
 
     Reads metadata documents only, each once, in two batches (the root, then every layout's
-    group and arrays), and makes every check :func:`describe` makes.
+    group and arrays together), and makes every check :func:`describe` makes.
     """
     return run(open_store_async(store, storage_options=storage_options))
 

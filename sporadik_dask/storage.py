@@ -18,7 +18,14 @@ from zarr.storage import StoreLike
 from sporadik_dask.errors import SporadikError, StoreNotFoundError
 from sporadik_dask.zarr_adapter import AsyncGroup, run
 
-__all__ = ["StoreLike", "location_of", "open_group", "open_group_async", "run"]
+__all__ = [
+    "StoreLike",
+    "location_of",
+    "open_group",
+    "open_group_async",
+    "read_options",
+    "run",
+]
 
 Mode = Literal["r", "r+", "a", "w", "w-"]
 
@@ -30,6 +37,23 @@ def location_of(store: StoreLike) -> str:
     return repr(store)
 
 
+#: URL schemes fsspec serves with ``s3fs``.
+_S3_SCHEMES = ("s3://", "s3a://")
+
+
+def read_options(store: StoreLike, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` for reading ``store``, with ``s3fs``'s ``max_concurrency`` 1 unless set.
+
+    ``s3fs`` (2025 on) asks an object's size (a HEAD) before every whole-object GET, to split
+    objects past its block size (50 MiB) into concurrent ranges when ``max_concurrency`` > 1 (its
+    default is 10). Every document and unsharded chunk this package reads is far smaller, so the
+    HEAD only adds a round trip in front of each GET: at 1, a read is one request.
+    """
+    if not (isinstance(store, str) and store.startswith(_S3_SCHEMES)):
+        return storage_options
+    return {"max_concurrency": 1, **(storage_options or {})}
+
+
 async def open_group_async(
     store: StoreLike,
     *,
@@ -39,6 +63,8 @@ async def open_group_async(
     """The root group at ``store``, refusing a location that holds nothing."""
     if isinstance(store, os.PathLike):
         store = os.fspath(store)
+    if mode == "r":
+        storage_options = read_options(store, storage_options)
     try:
         return await zarr_async.open_group(
             store=store,

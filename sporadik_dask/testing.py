@@ -187,6 +187,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _ProxyServer
 
+    def setup(self) -> None:
+        """Send each write at once: headers and body go out as two writes, and with Nagle's
+        algorithm the body then waits for the client's delayed ACK (~40 ms on Linux), a wait no
+        object store adds."""
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the counts are the record."""
 

@@ -39,12 +39,17 @@ def _elements(
 
 
 def fetch_brackets(
-    requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Positions]], location: str
+    requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Positions]],
+    location: str,
+    *,
+    next_arrays: Sequence[zarr.Array[Any]] = (),
 ) -> list[Brackets]:
     """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
     Each request is a layout, its ``indptr`` array and sorted positions; only the ``indptr``
-    chunks holding them are read, all requests in one batch.
+    chunks holding them are read, all requests in one batch. ``next_arrays`` (the layouts'
+    ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
+    known yet (:func:`~sporadik_dask.chunks.read_chunks`), so wave two is ranges alone.
     """
     fetches = []
     for layout, indptr, positions in requests:
@@ -53,7 +58,7 @@ def fetch_brackets(
         fetches.append((indptr, ids))
     found = []
     for (layout, _, positions), (_, ids), decoded in zip(
-        requests, fetches, read_chunks(fetches), strict=True
+        requests, fetches, read_chunks(fetches, next_arrays=next_arrays), strict=True
     ):
         chunk = layout.chunks["indptr"]
         lo = _elements(decoded, ids, chunk, positions).astype(np.int64)

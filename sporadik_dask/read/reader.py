@@ -309,11 +309,17 @@ class StoreReader:
     def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
-        Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch.
+        Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch; on a
+        sharded store, with the shard indexes of ``data`` and ``indices`` a first read needs.
         """
+        arrays = [self._arrays(layout) for layout, _ in requests]
         return fetch_brackets(
-            [(layout, self._arrays(layout)["indptr"], positions) for layout, positions in requests],
+            [
+                (layout, found["indptr"], positions)
+                for (layout, positions), found in zip(requests, arrays, strict=True)
+            ],
             self.location,
+            next_arrays=[found[name] for found in arrays for name in ("data", "indices")],
         )
 
     def runs(
