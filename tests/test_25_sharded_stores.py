@@ -327,8 +327,10 @@ def _located(server: LoopbackS3, proxy: S3Proxy, kind: str) -> tuple[Any, dict[s
     return server.obstore(prefix, proxy.endpoint), {}
 
 
-#: Held per request in the wave tests, so requests sent together overlap at the proxy.
-_ROUND_TRIP = Latency(delay=0.05)
+#: Held per request in the wave tests, so requests sent together overlap at the proxy: long
+#: enough that a client slowed by a busy machine still sends a batch's requests within it (at
+#: 0.05 s, a loaded 2-core machine once split a batch of eleven into two waves).
+_ROUND_TRIP = Latency(delay=0.2)
 
 
 @pytest.mark.parametrize("shard", [None, 2048])
