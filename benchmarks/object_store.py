@@ -30,38 +30,13 @@ from typing import Any
 
 import numpy as np
 from page import publish
+from peers import block_sums, plain_zarr
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- object-store: made by benchmarks/object_store.py -->"
 END = "<!-- /object-store -->"
 
 Row = tuple[str, str, str, int, int, float]  # operation, store, reader, requests, waves, seconds
-
-
-def _plain_zarr(group: Any, axis: int) -> dict[str, Callable[[Any], Any]]:
-    """What a careful zarr user does with a compressed group: slice ``indptr``, then runs."""
-    layout = group[f"layouts/axis{axis}"]
-    indptr, indices, data = (layout[name] for name in ("indptr", "indices", "data"))
-
-    def one(p: int) -> Any:
-        lo, hi = indptr[p : p + 2]
-        return indices[lo:hi], data[lo:hi]
-
-    def span(positions: tuple[int, int]) -> Any:
-        lo, hi = indptr[positions[0]], indptr[positions[1]]
-        return indices[lo:hi], data[lo:hi]
-
-    def scan(_: Any) -> Any:
-        return data[:], indices[:], indptr[:]
-
-    return {"one": one, "span": span, "scan": scan}
-
-
-def _block_sums(x: Any) -> Any:
-    """Sums per column of a dask array of scipy chunks (scipy has no ``keepdims``)."""
-    import dask
-
-    return dask.compute(*[dask.delayed(lambda b: b.sum(axis=0))(b) for b in x.to_delayed().ravel()])
 
 
 def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
@@ -126,8 +101,8 @@ def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
 
             def zarr_open(store: Any = store, opened: dict[str, Any] = opened) -> None:
                 group = zarr.open_group(store, mode="r")
-                opened["zarr-cells"] = _plain_zarr(group, 0)
-                opened["zarr"] = _plain_zarr(group, 1)
+                opened["zarr-cells"] = plain_zarr(group, 0)
+                opened["zarr"] = plain_zarr(group, 1)
 
             run("open", kind, "ours", ours_open)
             run("open", kind, "anndata read_elem_lazy", anndata_open)
@@ -168,7 +143,7 @@ def measure(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                 "full scan (sum per gene)",
                 kind,
                 "anndata read_elem_lazy",
-                lambda a=lazy: _block_sums(a),
+                lambda a=lazy: block_sums(a),
             )
             run("full scan (sum per gene)", kind, "plain zarr", lambda z=plain: z["scan"](None))
         meta["cli"] = _cli(args, server, proxy, x, latency, kinds)

@@ -22,38 +22,11 @@ from typing import Any
 
 import numpy as np
 from page import replace_section
+from peers import block_sums, plain_zarr
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- requests: made by benchmarks/requests.py -->"
 END = "<!-- /requests -->"
-
-
-def _plain_zarr(group: Any, axis: int) -> dict[str, Callable[[Any], Any]]:
-    """What a careful zarr user does with a CSC group: slice ``indptr``, then each run."""
-    layout = group[f"layouts/axis{axis}"]
-    indptr, indices, data = (layout[name] for name in ("indptr", "indices", "data"))
-
-    def one(p: int) -> Any:
-        lo, hi = indptr[p : p + 2]
-        return indices[lo:hi], data[lo:hi]
-
-    def batch(positions: Any) -> Any:
-        bounds = indptr[:]
-        return [
-            (indices[bounds[p] : bounds[p + 1]], data[bounds[p] : bounds[p + 1]]) for p in positions
-        ]
-
-    def scan(_: Any) -> Any:
-        return data[:], indices[:], indptr[:]
-
-    return {"one": one, "batch": batch, "scan": scan}
-
-
-def _block_sums(x: Any) -> Any:
-    """Sums per column of a dask array of scipy chunks (scipy has no ``keepdims``)."""
-    import dask
-
-    return dask.compute(*[dask.delayed(lambda b: b.sum(axis=0))(b) for b in x.to_delayed().ravel()])
 
 
 def measure(cells: int, genes: int) -> list[tuple[str, str, int, int, float]]:
@@ -99,7 +72,7 @@ def measure(cells: int, genes: int) -> list[tuple[str, str, int, int, float]]:
             opened["ours"] = xr.open_dataset(store, engine="sporadik")["counts"]
 
         def zarr_open() -> None:
-            opened["zarr"] = _plain_zarr(zarr.open_group(store, mode="r"), 1)
+            opened["zarr"] = plain_zarr(zarr.open_group(store, mode="r"), 1)
 
         def anndata_open() -> None:
             group = zarr.open_group(store, mode="r")
@@ -136,7 +109,7 @@ def measure(cells: int, genes: int) -> list[tuple[str, str, int, int, float]]:
         run(
             "full scan (sum per gene)",
             "anndata read_elem_lazy",
-            lambda: _block_sums(opened["anndata"]),
+            lambda: block_sums(opened["anndata"]),
         )
         del anndata
     return rows

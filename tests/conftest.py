@@ -1,5 +1,5 @@
 """Shared fixtures: a real `distributed.LocalCluster` with worker processes, and a bucket on a
-real S3-protocol server on loopback."""
+real S3-protocol server on loopback, reached directly or through a counting, delaying proxy."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 if TYPE_CHECKING:
     from distributed import Client
 
+    from sporadik_dask.testing import LoopbackS3, S3Proxy
     from tests.helpers import S3Bucket
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +43,13 @@ def s3() -> Iterator[S3Bucket]:
 
     with LoopbackS3() as server:
         yield {"storage_options": server.storage_options(), "bucket": server.bucket}
+
+
+@pytest.fixture(scope="module")
+def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
+    """A moto server and, in front of it, a proxy that counts requests, injects faults and adds
+    a cloud's latency."""
+    from sporadik_dask.testing import LoopbackS3, S3Proxy
+
+    with LoopbackS3() as server, S3Proxy(server) as proxy:
+        yield server, proxy

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -18,6 +19,7 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import MemoryStore, StoreLike, WrapperStore
 
+from sporadik_dask.testing import LoopbackS3, S3Proxy
 from sporadik_dask.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 
 
@@ -26,6 +28,19 @@ class S3Bucket(TypedDict):
 
     storage_options: dict[str, Any]
     bucket: str
+
+
+def proxied_store(
+    server: LoopbackS3, proxy: S3Proxy, kind: str = "obstore", **retries: Any
+) -> tuple[Any, dict[str, Any]]:
+    """A fresh store location through the proxy: an fsspec URL with the ``storage_options``
+    reaching it (``retries`` passed to them), or zarr's obstore store; and the keyword arguments
+    every entry point takes it with."""
+    prefix = f"{uuid.uuid4().hex}/counts.zarr"
+    if kind == "fsspec":
+        options = server.storage_options(proxy.endpoint, **retries)
+        return f"s3://{server.bucket}/{prefix}", {"storage_options": options}
+    return server.obstore(prefix, proxy.endpoint), {}
 
 
 def random_dense(

@@ -6,20 +6,17 @@ faults."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import dask.array as da
 import numpy as np
 import pytest
 import sparse
 import xarray as xr
-from zarr.storage import StoreLike
 
 import sporadik_dask as sd
 from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
-from tests.helpers import S3Bucket, open_dataset, random_dense, stored
+from tests.helpers import S3Bucket, open_dataset, proxied_store, random_dense, stored
 
 
 def _url(s3: S3Bucket) -> str:
@@ -69,31 +66,13 @@ def test_cluster_workers_write_straight_into_the_bucket(s3: S3Bucket, tmp_path: 
         np.testing.assert_array_equal(y.compute().todense(), dense)
 
 
-@pytest.fixture(scope="module")
-def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
-    """A moto server and a counting, fault-injecting proxy in front of it."""
-    with LoopbackS3() as server, S3Proxy(server) as proxy:
-        yield server, proxy
-
-
-def _stores(
-    server: LoopbackS3, proxy: S3Proxy, kind: str, **retries: Any
-) -> tuple[StoreLike, dict[str, Any]]:
-    """A fresh store location through the proxy, as a URL with options or an obstore store."""
-    prefix = f"{uuid.uuid4().hex}/counts.zarr"
-    if kind == "fsspec":
-        options = server.storage_options(proxy.endpoint, **retries)
-        return f"s3://{server.bucket}/{prefix}", {"storage_options": options}
-    return server.obstore(prefix, proxy.endpoint), {}
-
-
 @pytest.mark.parametrize("kind", ["fsspec", "obstore"])
 def test_transient_faults_are_retried_and_the_values_come_back_whole(
     loopback: tuple[LoopbackS3, S3Proxy], kind: str
 ) -> None:
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(2), (60, 90), 0.2)
-    store, options = _stores(server, proxy, kind)
+    store, options = proxied_store(server, proxy, kind)
     with proxy.failing(Faults(every=5)):  # every 5th request answers 503 SlowDown, once
         with proxy.counting() as written:
             sd.to_sporadik(dense, store, chunk=64, **options)
@@ -118,7 +97,7 @@ def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
 ) -> None:
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(3), (60, 80), 0.3)
-    store, options = _stores(server, proxy, kind)
+    store, options = proxied_store(server, proxy, kind)
     sd.to_sporadik(dense, store, chunk=64, **options)
     if kind == "fsspec":  # fewer retries, so the refusal comes sooner
         fewer = server.storage_options(proxy.endpoint, retries={"max_attempts": 1})
@@ -143,7 +122,7 @@ def test_requests_per_operation_are_counted_at_the_store(
     """Opening reads metadata documents only; a batch fetches each chunk it needs once."""
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(4), (200, 300), 0.05)
-    store, _ = _stores(server, proxy, "obstore")
+    store, _ = proxied_store(server, proxy, "obstore")
     sd.to_sporadik(dense, store, chunk=128)
     with proxy.counting() as opened:
         ds = open_dataset(store)
@@ -170,7 +149,7 @@ def test_cluster_workers_write_and_read_through_obstore(
 
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(6), (80, 50), 0.2)
-    store, _ = _stores(server, proxy, "obstore")
+    store, _ = proxied_store(server, proxy, "obstore")
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 25), asarray=False)
     with (
         LocalCluster(
@@ -193,7 +172,7 @@ def test_a_chunk_zarr_itself_decodes_also_raises_when_it_cannot_be_fetched(
 
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(8), (60, 80), 0.3)
-    store, _ = _stores(server, proxy, "obstore")
+    store, _ = proxied_store(server, proxy, "obstore")
     sd.to_sporadik(dense, store, axes=(1,), chunk=64)
     layout = zarr.open_group(store, mode="r+", path="layouts/axis1")
     values = stored(layout, "data")

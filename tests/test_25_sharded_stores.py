@@ -8,8 +8,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +22,14 @@ import zarr
 
 import sporadik_dask as sd
 from sporadik_dask.testing import Faults, Latency, LoopbackS3, RequestCounts, S3Proxy
-from tests.helpers import random_dense, zarr_array
+from tests.helpers import proxied_store, random_dense, zarr_array
 
 ZARRITA = Path(__file__).parent / "zarrita"
 
 
-@pytest.fixture(scope="module")
-def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
-    """A moto server and a counting, delaying proxy in front of it."""
-    with LoopbackS3() as server, S3Proxy(server) as proxy:
-        yield server, proxy
-
-
 def _store(server: LoopbackS3, proxy: S3Proxy) -> Any:
-    return server.obstore(f"{uuid.uuid4().hex}/counts.zarr", proxy.endpoint)
+    store, _ = proxied_store(server, proxy)
+    return store
 
 
 def test_the_proxy_holds_each_request_for_its_delay_and_concurrent_ones_wait_together(
@@ -323,15 +315,6 @@ def test_a_fault_on_one_shards_get_raises_fetch_error_naming_it(
 # --- waves: open, and one position after open ------------------------------------------------
 
 
-def _located(server: LoopbackS3, proxy: S3Proxy, kind: str) -> tuple[Any, dict[str, Any]]:
-    """A fresh store location through the proxy: an fsspec URL with its options, or obstore's."""
-    prefix = f"{uuid.uuid4().hex}/counts.zarr"
-    if kind == "fsspec":
-        options = server.storage_options(proxy.endpoint)
-        return f"s3://{server.bucket}/{prefix}", {"storage_options": options}
-    return server.obstore(prefix, proxy.endpoint), {}
-
-
 #: Held per request in the wave tests, so requests sent together overlap at the proxy: long
 #: enough that a client slowed by a busy machine still sends a batch's requests within it (at
 #: 0.05 s, a loaded 2-core machine once split a batch of eleven into two waves).
@@ -346,7 +329,7 @@ def test_opening_a_store_takes_two_waves_the_root_then_every_layout_document_at_
     import xarray as xr
 
     server, proxy = loopback
-    store, options = _located(server, proxy, kind)
+    store, options = proxied_store(server, proxy, kind)
     dense = random_dense(np.random.default_rng(11), (300, 200), 0.1)
     sd.to_sporadik(dense, store, chunk=256, shard=shard, **options)
     for open_ in (
