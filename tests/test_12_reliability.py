@@ -7,12 +7,17 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import dask
 import dask.array as da
@@ -31,24 +36,50 @@ from tests.helpers import RecordingStore, random_dense, write_reference
 if TYPE_CHECKING:
     from distributed import Client
 
+ROOT = Path(__file__).resolve().parents[1]
 
-class KillingStore(LocalStore):
-    """A local store whose worker process dies, once, while writing one chunk."""
 
-    def __init__(
-        self, root: Path, kill_on: str = "", marker: Path | None = None, **kwargs: Any
-    ) -> None:
+class StallingStore(LocalStore):
+    """A local store on which one worker process stops, once, until it is killed.
+
+    Each process notes the array of its first chunk write; the first process to write a chunk of
+    another array (so it holds at least one finished chunk write, whose result no other worker
+    has) claims ``marker``, writes its pid there, and stalls inside that write. Every chunk
+    written is logged as ``pid key`` in ``marker.log``.
+    """
+
+    def __init__(self, root: Path, marker: Path, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
-        self.kill_on, self.marker = kill_on, marker
+        self.marker = marker
 
     def __reduce__(self) -> Any:
-        return (KillingStore, (self.root, self.kill_on, self.marker))
+        return (StallingStore, (self.root, self.marker))
+
+    def with_read_only(self, read_only: bool = False) -> Self:
+        return type(self)(self.root, self.marker, read_only=read_only)
 
     async def set(self, key: str, value: Any) -> None:
-        if self.marker is not None and key == self.kill_on and not self.marker.exists():
-            self.marker.write_text("killed")
-            os._exit(1)  # the worker process dies mid-write, as on an OOM kill
+        if "/c/" in key:
+            first = self.marker.with_name(f"{self.marker.name}.{os.getpid()}")
+            array = key.rpartition("/c/")[0]
+            if not first.exists():
+                first.write_text(array)
+            elif first.read_text() != array and self._claim():
+                time.sleep(60)  # killed long before this ends
+                raise TimeoutError("the stalled worker was never killed")
         await super().set(key, value)
+        if "/c/" in key:
+            with self.marker.with_suffix(".log").open("a") as log:
+                log.write(f"{os.getpid()} {key}\n")
+
+    def _claim(self) -> bool:
+        try:
+            os.close(os.open(self.marker.with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return False
+        self.marker.with_suffix(".tmp").write_text(str(os.getpid()))
+        self.marker.with_suffix(".tmp").rename(self.marker)
+        return True
 
 
 def _input(seed: int = 0) -> tuple[npt.NDArray[Any], Any]:
@@ -64,22 +95,115 @@ def _objects(path: Path) -> dict[str, bytes]:
     }
 
 
+@contextmanager
+def _three_workers(allowed_failures: int, scratch: Path) -> Iterator[tuple[Client, list[int]]]:
+    """A client of a ``LocalCluster``'s scheduler and three single-threaded worker processes
+    started without a nanny, so a worker killed stays dead (a nanny would start a fresh one);
+    yields the client and the workers' pids."""
+    from distributed import Client, LocalCluster
+
+    paths = (str(ROOT), os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in paths if path)}
+    with (
+        LocalCluster(
+            n_workers=0,
+            dashboard_address=None,
+            scheduler_kwargs={"allowed_failures": allowed_failures},
+        ) as cluster,
+        Client(cluster) as client,
+        (scratch / "workers.log").open("ab") as log,
+    ):
+        command = [sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address]
+        options = ["--no-nanny", "--nthreads", "1", "--no-dashboard", "--memory-limit", "0"]
+        options += ["--local-directory", str(scratch)]
+        workers = [subprocess.Popen([*command, *options], env=env, stderr=log) for _ in range(3)]
+        try:
+            client.wait_for_workers(3, timeout=60)
+            yield client, [worker.pid for worker in workers]
+        finally:
+            for worker in workers:
+                worker.kill()
+                worker.wait()
+
+
+@contextmanager
+def _killing_the_stalled_worker(marker: Path) -> Iterator[Future[int]]:
+    """While the body runs, wait for a worker to stall on ``marker`` and kill its process for
+    good (``SIGKILL``: whatever it held in memory is lost); the future gives its pid."""
+    over = threading.Event()
+
+    def kill() -> int:
+        while not marker.exists():
+            if over.wait(0.02):
+                raise TimeoutError("no worker stalled in a chunk write")
+        pid = int(marker.read_text())
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    with ThreadPoolExecutor(1) as pool:
+        killed = pool.submit(kill)
+        try:
+            yield killed
+        finally:
+            over.set()
+
+
+def _numpy_input(seed: int) -> tuple[npt.NDArray[Any], da.Array]:
+    """``_input`` in numpy blocks: a fresh worker process spends seconds compiling ``sparse``'s
+    indexing on its first block, more than the rest of a write here."""
+    dense = random_dense(np.random.default_rng(seed), (120, 80), 0.2)
+    return dense, da.from_array(dense, chunks=(30, 40))
+
+
 @pytest.mark.slow
-def test_a_worker_killed_mid_write_leaves_a_correct_store_or_none(
-    tmp_path: Path, client: Client
+def test_a_write_losing_a_worker_for_good_finishes_on_the_others_with_clean_bytes(
+    tmp_path: Path,
 ) -> None:
-    dense, x = _input()
-    path, marker = tmp_path / "s.zarr", tmp_path / "killed"
-    store = KillingStore(path, "layouts/axis1/data/c/1", marker)
-    try:
-        sd.to_sporadik(x, store, chunk=64, partition_bytes=3000)
-    except Exception:
+    dense, x = _numpy_input(6)
+    sd.to_sporadik(x, tmp_path / "clean.zarr", chunk=64, partition_bytes=3000)  # threads
+    path, marker = tmp_path / "s.zarr", tmp_path / "stalled"
+    with _three_workers(3, tmp_path) as (client, pids):
+        with _killing_the_stalled_worker(marker) as killed:
+            written = sd.to_sporadik(x, StallingStore(path, marker), chunk=64, partition_bytes=3000)
+        pid = killed.result()
+        assert pid in pids and len(client.scheduler_info()["workers"]) == 2  # never replaced
+        read_back = sd.from_sporadik(path).compute()  # on the two left
+    writes = [line.split() for line in marker.with_suffix(".log").read_text().splitlines()]
+    lost = {key for who, key in writes if int(who) == pid}
+    # The chunk writes it had finished were lost with it (their results lived in its memory)
+    # and ran again on the others, over the same objects.
+    assert lost and lost <= {key for who, key in writes if int(who) != pid}
+    assert written.nnz == np.count_nonzero(dense)
+    assert _objects(path) == _objects(tmp_path / "clean.zarr")
+    np.testing.assert_array_equal(read_back.todense(), dense)
+    with sporadik.open_array(path) as reader:
+        np.testing.assert_array_equal(reader.to_array().to_dense(), dense)
+    assert sd.validate(path).nnz == written.nnz
+
+
+@pytest.mark.slow
+def test_a_write_losing_a_running_task_past_allowed_failures_fails_with_no_block(
+    tmp_path: Path,
+) -> None:
+    from distributed import KilledWorker
+
+    dense, x = _numpy_input(7)
+    sd.to_sporadik(x, tmp_path / "clean.zarr", chunk=64, partition_bytes=3000)  # threads
+    path, marker = tmp_path / "s.zarr", tmp_path / "stalled"
+    with _three_workers(0, tmp_path) as (client, pids):
+        with _killing_the_stalled_worker(marker) as killed, pytest.raises(KilledWorker):
+            sd.to_sporadik(x, StallingStore(path, marker), chunk=64, partition_bytes=3000)
+        assert killed.result() in pids and len(client.scheduler_info()["workers"]) == 2
+        assert "sporadik" not in json.loads((path / "zarr.json").read_text())["attributes"]
         with pytest.raises(sd.IncompleteError):
             sd.describe(path)
-    else:
-        with sporadik.open_array(path) as reader:
-            np.testing.assert_array_equal(reader.to_array().to_dense(), dense)
-    assert marker.exists(), "the worker was never killed"
+        with pytest.raises(sporadik.IncompleteError):
+            sporadik.describe(path)
+        # A torn store: written again over it on the two workers left, it is a clean one.
+        sd.to_sporadik(x, path, chunk=64, partition_bytes=3000, overwrite=True)
+    assert _objects(path) == _objects(tmp_path / "clean.zarr")
+    with sporadik.open_array(path) as reader:
+        np.testing.assert_array_equal(reader.to_array().to_dense(), dense)
 
 
 def test_writes_without_the_commit_leave_a_store_that_refuses_to_open(tmp_path: Path) -> None:
