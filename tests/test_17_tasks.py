@@ -177,6 +177,46 @@ def test_transposing_runs_declines_a_run_out_of_order() -> None:
     assert kernels.transpose_runs(np.array([2, 1]), np.array([2]), np.ones(2), 3) is None
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    shape=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    lead_axes=st.integers(0, 1),
+    batches=st.integers(1, 5),
+    slack=st.integers(0, 3),
+)
+def test_cells_laid_into_regions_batch_by_batch_come_out_as_numpy_sorts_them(
+    seed: int, shape: list[int], lead_axes: int, batches: int, slack: int
+) -> None:
+    """Batches of distinct cells, each a stretch of the later axes' C order (as runs arrive)
+    sorted by lead, into regions sized with room to spare: compacted, every cell is where a
+    sort of the whole puts it, with its value."""
+    rng = np.random.default_rng(seed)
+    out = tuple(shape)
+    leads = int(np.prod(out[:lead_axes]))
+    span = int(np.prod(out[lead_axes:]))
+    cells = np.sort(rng.choice(leads * span, size=rng.integers(0, leads * span + 1), replace=False))
+    data = rng.integers(-9, 9, cells.size).astype(np.float32)
+    bound = np.bincount(cells // span, minlength=leads) + rng.integers(0, slack + 1, leads)
+    regions = kernels.Regions(out, span, np.minimum(bound, span), np.float32)
+    # batches cut along the later axes (C order within each lead), each sorted by lead
+    cuts = np.sort(rng.integers(0, span + 1, batches - 1))
+    within = cells % span
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, span], strict=True):
+        taken = (within >= lo) & (within < hi)
+        regions.place(cells[taken], data[taken])
+    coords, values = regions.result()
+    np.testing.assert_array_equal(coords, np.stack(np.unravel_index(cells, out)))
+    np.testing.assert_array_equal(values, data)
+
+
+def test_a_region_given_more_cells_than_its_bound_is_refused() -> None:
+    regions = kernels.Regions((2, 3), 3, np.array([1, 3]), np.float64)
+    regions.place(np.array([0, 3]), np.ones(2))
+    with pytest.raises(sd.LayoutError, match="bound of 1"):
+        regions.place(np.array([1]), np.ones(1))
+
+
 def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
     tmp_path: Path,
 ) -> None:
