@@ -110,6 +110,7 @@ def transpose_runs(
 def _sum_runs(
     lengths: Any,
     keys: Any,
+    lookup: Any,
     values: Any,
     acc: Any,
     mark: Any,
@@ -125,6 +126,8 @@ def _sum_runs(
         start = m
         for _ in range(lengths[run]):
             key = keys[i]
+            if lookup.size:
+                key = lookup[key]
             if key >= 0:
                 if not mark[key]:
                     mark[key] = True
@@ -150,6 +153,7 @@ def sum_runs(
     values: npt.NDArray[Any],
     buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]],
     *,
+    lookup: npt.NDArray[Any],
     first: int,
     extent: int,
     trail: int,
@@ -160,13 +164,14 @@ def sum_runs(
 
     Returns the cells some value lands in, raveled over ``(lead, extent, trail)`` and in C order
     within each run, and their sums. ``buffers`` (an accumulator of zeros and a mask of False, one
-    cell per key) are left as they came, for the next batch. One pass over the values, each
+    cell per key) are left as they came, for the next batch. A non-empty ``lookup`` maps each of
+    ``keys`` to its cell first (a position to its group). One pass over the values, each
     added into a cell of the accumulator: no sort of the values. None when numba cannot hold a
     dtype.
     """
     try:
         summed: tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
-        summed = _sum_runs(lengths, keys, values, *buffers, first, extent, trail)
+        summed = _sum_runs(lengths, keys, lookup, values, *buffers, first, extent, trail)
         return summed
     except (numba.core.errors.TypingError, NotImplementedError):
         return None

@@ -429,6 +429,14 @@ class _Disjoint:
         self._cells = self.lead * self.trail
         self._buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]] | None = None
         self._dtype = _accumulator(dtype)
+        grouping = target.grouping
+        others = [a for a in target.kept if a != axis]
+        #: Group codes (int32, a quarter of the cache int64 takes) when the only other kept axis
+        #: is the grouped one: each value's key is then its code, looked up in the kernel.
+        self._codes: npt.NDArray[np.int32] | None = None
+        self._grouped = grouping.axis if grouping is not None else -1
+        if grouping is not None and others == [grouping.axis] and grouping.size < 2**31:
+            self._codes = grouping.codes.astype(np.int32)
 
     @classmethod
     def of(cls, target: Target, axis: int, dtype: np.dtype[Any]) -> _Disjoint | None:
@@ -441,6 +449,9 @@ class _Disjoint:
         """Each value's cell among its run's ``L * T`` (lead and trail raveled), -1 for a value
         whose position along the grouped axis is in no group."""
         target, grouping = self.target, self.target.grouping
+        if self._codes is not None:
+            looked: npt.NDArray[np.int64] = self._codes[coords[self._grouped]].astype(np.int64)
+            return looked
         others = [
             (axis, extent)
             for axis, extent in zip(target.kept, target.out_shape, strict=True)
@@ -472,10 +483,11 @@ class _Disjoint:
     ) -> SparseFields:
         """:class:`SparseFields` (C order within each run) of the runs of positions
         ``first, first + 1, ...``, ``lengths`` values each."""
-        keys = self._keys(coords, values.size)
         nan = np.isnan(values) if values.dtype.kind in "fc" else None
         nan_ids, nans = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        keys = None
         if nan is not None and nan.any():
+            keys = self._keys(coords, values.size)
             runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
             hit = nan & (keys >= 0)
             nan_ids, nans = _sum_by_id(
@@ -487,11 +499,17 @@ class _Disjoint:
         if self._cells <= SPARSE_BATCH_CELLS:
             if self._buffers is None:
                 self._buffers = np.zeros(self._cells, self._dtype), np.zeros(self._cells, bool)
+            if self._codes is not None:  # the grouped axis's positions, mapped in the kernel
+                where, lookup = np.asarray(coords[self._grouped]), self._codes
+            else:
+                keys = self._keys(coords, values.size) if keys is None else keys
+                where, lookup = keys, np.zeros(0, np.int32)
             summed = sum_runs(
-                lengths, keys, values, self._buffers, first=first, extent=self.extent,
-                trail=self.trail,
+                lengths, where, values, self._buffers, lookup=lookup, first=first,
+                extent=self.extent, trail=self.trail,
             )  # fmt: skip
         if summed is None:  # too many cells per run for an accumulator, or a dtype numba lacks
+            keys = self._keys(coords, values.size) if keys is None else keys
             runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
             inside = keys >= 0
             found = sparse_fields_of(
@@ -741,7 +759,8 @@ def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     for a, b, (indices, values) in _ahead(_Fetch(reader, layout, lo, hi), _bounds(lo, hi)):
         coords: list[Any] = [None] * len(reader.shape)
-        columns = np.unravel_index(indices, layout.index_shape)
+        one = len(layout.index_shape) == 1  # the index is the other axis's position itself
+        columns = (indices,) if one else np.unravel_index(indices, layout.index_shape)
         for other, column in zip(layout.index_order, columns, strict=True):
             coords[other] = column
         fields = disjoint.fields(a, hi[a:b] - lo[a:b], coords, values, skipna=skipna)
