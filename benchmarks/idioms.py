@@ -200,6 +200,7 @@ def _child(idiom: str, route: str, cache: Path) -> None:
     call = _route(idiom, route, cache)
     seconds = []
     for _ in range(2):
+        result = None  # the first call's result is no part of the second call's peak
         started = time.perf_counter()
         result = call()
         seconds.append(time.perf_counter() - started)
@@ -225,6 +226,9 @@ def main() -> None:
     parser.add_argument("--size", default="full")
     parser.add_argument("--idioms", nargs="+", default=list(IDIOMS), choices=list(IDIOMS))
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument(
+        "--routes", nargs="+", help="only these routes of each idiom (default: every one)"
+    )
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -237,7 +241,7 @@ def main() -> None:
     rows = []
     for idiom in args.idioms:
         label, routes = IDIOMS[idiom]
-        for route in routes:
+        for route in (r for r in routes if args.routes is None or r in args.routes):
             stdout, error = _run_child(
                 [sys.executable, __file__, "--child", idiom, route, str(cache)]
             )
@@ -280,11 +284,12 @@ def _run_child(command: list[str]) -> tuple[str, str | None]:
 
 
 def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> None:
+    only = f" --routes {' '.join(args.routes)}" if args.routes else ""
     lines = [
         BEGIN,
         "## xarray idioms",
         "",
-        f"Made by `.venv/bin/python benchmarks/idioms.py --size {args.size}` on "
+        f"Made by `.venv/bin/python benchmarks/idioms.py --size {args.size}{only}` on "
         f"{date.today().isoformat()}: the {meta['nnz']:,}-value store of {meta['cells']:,} cells "
         f"x {meta['genes']:,} genes (float32) that `benchmarks/run.py` writes. Each idiom runs by "
         "each route twice in a fresh process of its own on the threaded scheduler: *first* is a "

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from sporadik_dask.errors import LayoutError
 
-__all__ = ["add_runs", "sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
+__all__ = ["Regions", "add_runs", "sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -110,6 +110,7 @@ def transpose_runs(
 def _sum_runs(
     lengths: Any,
     keys: Any,
+    lookup: Any,
     values: Any,
     acc: Any,
     mark: Any,
@@ -125,6 +126,8 @@ def _sum_runs(
         start = m
         for _ in range(lengths[run]):
             key = keys[i]
+            if lookup.size:
+                key = lookup[key]
             if key >= 0:
                 if not mark[key]:
                     mark[key] = True
@@ -150,6 +153,7 @@ def sum_runs(
     values: npt.NDArray[Any],
     buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]],
     *,
+    lookup: npt.NDArray[Any],
     first: int,
     extent: int,
     trail: int,
@@ -160,13 +164,14 @@ def sum_runs(
 
     Returns the cells some value lands in, raveled over ``(lead, extent, trail)`` and in C order
     within each run, and their sums. ``buffers`` (an accumulator of zeros and a mask of False, one
-    cell per key) are left as they came, for the next batch. One pass over the values, each
+    cell per key) are left as they came, for the next batch. A non-empty ``lookup`` maps each of
+    ``keys`` to its cell first (a position to its group). One pass over the values, each
     added into a cell of the accumulator: no sort of the values. None when numba cannot hold a
     dtype.
     """
     try:
         summed: tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
-        summed = _sum_runs(lengths, keys, values, *buffers, first, extent, trail)
+        summed = _sum_runs(lengths, keys, lookup, values, *buffers, first, extent, trail)
         return summed
     except (numba.core.errors.TypingError, NotImplementedError):
         return None
@@ -297,3 +302,90 @@ def sort_by_lead(
     digits = ((leads - 1) >> shift) + 1
     _high_pass(spare_keys, spare_ids, spare_data, ids, data, shift, digits)
     return ids, data
+
+
+@numba.njit(cache=True, nogil=True)
+def _place(ids: Any, data: Any, span: int, shape: Any, fill: Any, ends: Any, coords: Any,
+           out: Any) -> int:  # fmt: skip
+    rows = len(shape)
+    capacity = out.size
+    for j in range(ids.size):
+        cell = ids[j]
+        lead = cell // span
+        k = fill[lead]
+        if k >= ends[lead]:
+            return j  # more cells than the lead's room: the caller's bound was wrong
+        fill[lead] = k + 1
+        out[k] = data[j]
+        for r in range(rows - 1, -1, -1):
+            coords[r * capacity + k] = cell % shape[r]
+            cell //= shape[r]
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact(coords: Any, out: Any, starts: Any, fill: Any, rows: int) -> int:
+    capacity = out.size
+    n = 0
+    for lead in range(len(starts)):
+        n += fill[lead] - starts[lead]
+    for r in range(rows):  # every move is to the left, so no unread cell is overwritten
+        at = r * n
+        for lead in range(len(starts)):
+            for k in range(starts[lead], fill[lead]):
+                coords[at] = coords[r * capacity + k]
+                at += 1
+    at = 0
+    for lead in range(len(starts)):
+        for k in range(starts[lead], fill[lead]):
+            out[at] = out[k]
+            at += 1
+    return n
+
+
+class Regions:
+    """A ``sparse.COO``'s coordinates and values laid down in C order while its cells arrive
+    in another: one region per *lead* cell (the output cells raveled over the leading axes,
+    ``span`` cells each), sized by a bound on the cells the lead can receive. Cells arrive in C
+    order within each lead and sorted by lead within each batch (:func:`sort_by_lead`), so a
+    batch appends a stretch to each region in turn; :meth:`result` closes the gaps in place and
+    gives the unused tail back. Memory: the bound's worth of coordinates and values, never a
+    second copy of either.
+    """
+
+    def __init__(
+        self, shape: tuple[int, ...], span: int, bound: npt.NDArray[np.int64], dtype: Any
+    ) -> None:
+        self.shape, self.span = shape, span
+        self._shape = np.asarray(shape, dtype=np.int64)
+        self.ends = np.cumsum(bound, dtype=np.int64)
+        self.starts = self.ends - bound
+        self.fill = self.starts.copy()
+        capacity = int(self.ends[-1]) if self.ends.size else 0
+        self.coords = np.empty(len(shape) * capacity, dtype=np.int64)
+        self.values = np.empty(capacity, dtype=dtype)
+
+    def place(self, ids: npt.NDArray[np.int64], data: npt.NDArray[Any]) -> None:
+        """Append cells ``ids`` (raveled, sorted by lead) holding ``data`` to their regions."""
+        bad = _place(
+            ids, data, self.span, self._shape, self.fill, self.ends, self.coords, self.values
+        )
+        if bad >= 0:
+            raise LayoutError(
+                f"output cell {int(ids[bad])} is one more than its bound of "
+                f"{int(self.ends[ids[bad] // self.span] - self.starts[ids[bad] // self.span])} "
+                "allows: the store's layouts disagree on how many values it holds, and the "
+                "result would overwrite other cells. Validate the store (`sporadik-dask "
+                "validate`) and rewrite it."
+            )
+
+    def result(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+        """Coordinates ``(ndim, n)`` and values of every cell placed, in C order; the buffers
+        are shrunk in place (they are this object's no longer)."""
+        rows = len(self.shape)
+        n = _compact(self.coords, self.values, self.starts, self.fill, rows)
+        coords, values = self.coords, self.values
+        self.coords, self.values = np.empty(0, np.int64), np.empty(0, values.dtype)
+        coords.resize(rows * n, refcheck=False)  # realloc: the tail's pages go back
+        values.resize(n, refcheck=False)
+        return coords.reshape(rows, n), values

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
-from sporadik_dask.kernels import add_runs, sort_by_lead, sum_runs
+from sporadik_dask.kernels import Regions, add_runs, sort_by_lead, sum_runs
 
 __all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
 
@@ -316,6 +316,22 @@ def finish_sparse(
     """A ``sparse.COO`` result of a sum or mean from its fields."""
     import sparse
 
+    data = _sparse_values(op, fields, target, dtype, skipna=skipna)
+    coords = np.empty((len(target.out_shape), fields.ids.size), dtype=np.int64)
+    rest = fields.ids
+    for axis in reversed(range(1, len(target.out_shape))):  # unraveled in place, row by row
+        np.remainder(rest, target.out_shape[axis], out=coords[axis])
+        rest = rest // target.out_shape[axis]
+    if len(target.out_shape):
+        coords[0] = rest
+    return sparse.COO(coords, data, shape=target.out_shape, has_duplicates=False, sorted=True)
+
+
+def _sparse_values(
+    op: Op, fields: SparseFields, target: Target, dtype: np.dtype[Any], *, skipna: bool
+) -> npt.NDArray[Any]:
+    """The result's value at each of ``fields.ids``, in numpy's dtype, from fields holding every
+    value those cells receive."""
     values = fields.total
     if op == "mean":
         cells: Any = math.prod(target.shape[a] for a in target.axes)
@@ -326,15 +342,7 @@ def finish_sparse(
         valid = cells - (_at(fields.nan_ids, fields.nans, fields.ids) if skipna else 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             values = values / valid
-    coords = np.empty((len(target.out_shape), fields.ids.size), dtype=np.int64)
-    rest = fields.ids
-    for axis in reversed(range(1, len(target.out_shape))):  # unraveled in place, row by row
-        np.remainder(rest, target.out_shape[axis], out=coords[axis])
-        rest = rest // target.out_shape[axis]
-    if len(target.out_shape):
-        coords[0] = rest
-    data = np.asarray(values).astype(result_dtype(op, dtype), copy=False)
-    return sparse.COO(coords, data, shape=target.out_shape, has_duplicates=False, sorted=True)
+    return np.asarray(values).astype(result_dtype(op, dtype), copy=False)
 
 
 def _at(
@@ -421,6 +429,14 @@ class _Disjoint:
         self._cells = self.lead * self.trail
         self._buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]] | None = None
         self._dtype = _accumulator(dtype)
+        grouping = target.grouping
+        others = [a for a in target.kept if a != axis]
+        #: Group codes (int32, a quarter of the cache int64 takes) when the only other kept axis
+        #: is the grouped one: each value's key is then its code, looked up in the kernel.
+        self._codes: npt.NDArray[np.int32] | None = None
+        self._grouped = grouping.axis if grouping is not None else -1
+        if grouping is not None and others == [grouping.axis] and grouping.size < 2**31:
+            self._codes = grouping.codes.astype(np.int32)
 
     @classmethod
     def of(cls, target: Target, axis: int, dtype: np.dtype[Any]) -> _Disjoint | None:
@@ -433,6 +449,9 @@ class _Disjoint:
         """Each value's cell among its run's ``L * T`` (lead and trail raveled), -1 for a value
         whose position along the grouped axis is in no group."""
         target, grouping = self.target, self.target.grouping
+        if self._codes is not None:
+            looked: npt.NDArray[np.int64] = self._codes[coords[self._grouped]].astype(np.int64)
+            return looked
         others = [
             (axis, extent)
             for axis, extent in zip(target.kept, target.out_shape, strict=True)
@@ -464,10 +483,11 @@ class _Disjoint:
     ) -> SparseFields:
         """:class:`SparseFields` (C order within each run) of the runs of positions
         ``first, first + 1, ...``, ``lengths`` values each."""
-        keys = self._keys(coords, values.size)
         nan = np.isnan(values) if values.dtype.kind in "fc" else None
         nan_ids, nans = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        keys = None
         if nan is not None and nan.any():
+            keys = self._keys(coords, values.size)
             runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
             hit = nan & (keys >= 0)
             nan_ids, nans = _sum_by_id(
@@ -479,11 +499,17 @@ class _Disjoint:
         if self._cells <= SPARSE_BATCH_CELLS:
             if self._buffers is None:
                 self._buffers = np.zeros(self._cells, self._dtype), np.zeros(self._cells, bool)
+            if self._codes is not None:  # the grouped axis's positions, mapped in the kernel
+                where, lookup = np.asarray(coords[self._grouped]), self._codes
+            else:
+                keys = self._keys(coords, values.size) if keys is None else keys
+                where, lookup = keys, np.zeros(0, np.int32)
             summed = sum_runs(
-                lengths, keys, values, self._buffers, first=first, extent=self.extent,
-                trail=self.trail,
+                lengths, where, values, self._buffers, lookup=lookup, first=first,
+                extent=self.extent, trail=self.trail,
             )  # fmt: skip
         if summed is None:  # too many cells per run for an accumulator, or a dtype numba lacks
+            keys = self._keys(coords, values.size) if keys is None else keys
             runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
             inside = keys >= 0
             found = sparse_fields_of(
@@ -515,6 +541,24 @@ class _Disjoint:
         if self.lead > 1:
             ids, total = sort_by_lead(ids, total, self.extent * self.trail, self.lead)
         return SparseFields(ids, total, nan_ids, nans)
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """The indices (None if not ``runs_only``) and values of batch ``a:b`` of runs ``lo:hi``."""
+
+    reader: Any
+    layout: Any
+    lo: npt.NDArray[np.int64]
+    hi: npt.NDArray[np.int64]
+    runs_only: bool = False
+
+    def __call__(self, a: int, b: int) -> tuple[Any, Any]:
+        lo, hi = self.lo[a:b], self.hi[a:b]
+        if self.runs_only:
+            return None, self.reader.run_values(self.layout, lo, hi)
+        indices, values = self.reader.runs(self.layout, lo, hi)
+        return indices, values
 
 
 def _bounds(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
@@ -595,15 +639,9 @@ def store_fields(
     ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
     disjoint = None if dense else _Disjoint.of(target, axis, reader.dtype)
     batches = _bounds(lo, hi)
-    runs_only = target.kept == (axis,)  # each value's output cell is its run's: no index read
     grouped_here = target.grouping is not None and target.grouping.axis == axis
-
-    def fetch(a: int, b: int) -> tuple[Any, Any]:
-        if runs_only:
-            return None, reader.run_values(layout, lo[a:b], hi[a:b])
-        indices, values = reader.runs(layout, lo[a:b], hi[a:b])
-        return indices, values
-
+    # each value's output cell is its run's when only the run's axis is kept: no index read
+    fetch = _Fetch(reader, layout, lo, hi, runs_only=target.kept == (axis,))
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
     parts = [_gather(op, target, *nothing, skipna, dense)]
     strides = _affine(op, target, layout, reader.dtype) if dense else None
@@ -669,8 +707,67 @@ def reduce_store(
     not ``dense`` (sums and means only).
     """
     _layout_for(reader, target, dense).check_whole_read(reader.location)
+    placed = None if dense else _placed(reader, op, target, skipna)
+    if placed is not None:
+        return placed
     fields = store_fields(reader, op, target, skipna, dense)
     return finish_fields(op, target, reader.dtype, skipna, ddof, fields)
+
+
+def _lead_bound(
+    reader: Any, target: Target, layout: Any, disjoint: _Disjoint
+) -> npt.NDArray[np.int64] | None:
+    """The most output cells each lead cell of ``disjoint`` can receive: the values it receives,
+    at most its cells. With no lead axis that is every value of the layout; with one, the values
+    at each of its positions (summed over each group's members) from its own layout's counts.
+    None for a lead of several axes, or of an axis with no layout."""
+    lead_axes = target.kept[: target.kept.index(layout.indexed_axis)]
+    cells = disjoint.extent * disjoint.trail
+    if not lead_axes:
+        return np.array([min(layout.nnz, cells)], dtype=np.int64)
+    if len(lead_axes) > 1 or lead_axes[0] not in reader.description.layouts:
+        return None
+    lead = lead_axes[0]
+    counts = reader.counts(lead)
+    grouping = target.grouping
+    if grouping is not None and grouping.axis == lead:
+        member = grouping.codes >= 0
+        grouped = np.bincount(grouping.codes[member], counts[member], minlength=grouping.size)
+        counts = grouped.astype(np.int64)  # float64 sums of int64 counts: exact below 2**53
+    bound: npt.NDArray[np.int64] = np.minimum(counts, cells)
+    return bound
+
+
+def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
+    """A sparse sum or mean over a whole store whose layout's indexed axis is kept ungrouped, as
+    a ``sparse.COO``: each batch's cells are finished (no other batch reaches them), sorted by
+    lead and laid straight into the result's regions (:class:`~sporadik_dask.kernels.Regions`),
+    so memory is the result's bound plus one batch, however many batches. None when no bound
+    is known or numba lacks the result's dtype (float16): the caller merges batches instead."""
+    import sparse
+
+    layout = _layout_for(reader, target, dense=False)
+    axis = layout.indexed_axis
+    disjoint = _Disjoint.of(target, axis, reader.dtype)
+    out_dtype = result_dtype(op, reader.dtype)
+    if disjoint is None or out_dtype == np.float16:
+        return None
+    bound = _lead_bound(reader, target, layout, disjoint)
+    if bound is None:
+        return None
+    regions = Regions(target.out_shape, disjoint.extent * disjoint.trail, bound, out_dtype)
+    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    for a, b, (indices, values) in _ahead(_Fetch(reader, layout, lo, hi), _bounds(lo, hi)):
+        coords: list[Any] = [None] * len(reader.shape)
+        one = len(layout.index_shape) == 1  # the index is the other axis's position itself
+        columns = (indices,) if one else np.unravel_index(indices, layout.index_shape)
+        for other, column in zip(layout.index_order, columns, strict=True):
+            coords[other] = column
+        fields = disjoint.fields(a, hi[a:b] - lo[a:b], coords, values, skipna=skipna)
+        data = _sparse_values(op, fields, target, reader.dtype, skipna=skipna)
+        regions.place(*sort_by_lead(fields.ids, data, regions.span, disjoint.lead))
+    placed, data = regions.result()
+    return sparse.COO(placed, data, shape=target.out_shape, has_duplicates=False, sorted=True)
 
 
 def reduce_store_dask(

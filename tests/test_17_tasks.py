@@ -177,6 +177,79 @@ def test_transposing_runs_declines_a_run_out_of_order() -> None:
     assert kernels.transpose_runs(np.array([2, 1]), np.array([2]), np.ones(2), 3) is None
 
 
+@pytest.mark.parametrize("trail", [1, 3])
+def test_summing_runs_through_a_lookup_is_what_numpy_gives_for_the_looked_up_keys(
+    trail: int,
+) -> None:
+    """Each value's key mapped by the lookup (a position to its group, -1: none) before it is
+    added: the runs come in order, each with the cells and sums ``np.unique`` gives over the
+    mapped keys."""
+    rng = np.random.default_rng(3)
+    groups, positions, extent = 4, 9, 5
+    lookup = rng.integers(-1, groups * trail, positions).astype(np.int32)
+    lengths = rng.integers(0, 12, extent)
+    keys = rng.integers(0, positions, int(lengths.sum()))
+    values = rng.integers(1, 9, keys.size).astype(np.float64)
+    buffers = np.zeros(groups * trail), np.zeros(groups * trail, bool)
+    got = kernels.sum_runs(
+        lengths, keys, values, buffers, lookup=lookup, first=2, extent=extent + 2, trail=trail
+    )
+    assert got is not None
+    runs = np.repeat(np.arange(extent), lengths)
+    mapped = lookup[keys]
+    inside = mapped >= 0
+    cells = ((mapped // trail) * (extent + 2) + runs + 2) * trail + mapped % trail
+    ids, at = np.unique(cells[inside], return_inverse=True)
+    run_of = ids // trail % (extent + 2)
+    order = np.lexsort((ids, run_of))  # by run (each run's cells in any order of leads)
+    got_run = got[0] // trail % (extent + 2)
+    assert np.all(np.diff(got_run) >= 0)
+    mine = np.lexsort((got[0], got_run))
+    np.testing.assert_array_equal(got[0][mine], ids[order])
+    np.testing.assert_array_equal(got[1][mine], np.bincount(at, values[inside])[order])
+    assert not buffers[0].any() and not buffers[1].any()  # left as they came, for the next batch
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    shape=st.lists(st.integers(1, 6), min_size=2, max_size=3),
+    lead_axes=st.integers(0, 1),
+    batches=st.integers(1, 5),
+    slack=st.integers(0, 3),
+)
+def test_cells_laid_into_regions_batch_by_batch_come_out_as_numpy_sorts_them(
+    seed: int, shape: list[int], lead_axes: int, batches: int, slack: int
+) -> None:
+    """Batches of distinct cells, each a stretch of the later axes' C order (as runs arrive)
+    sorted by lead, into regions sized with room to spare: compacted, every cell is where a
+    sort of the whole puts it, with its value."""
+    rng = np.random.default_rng(seed)
+    out = tuple(shape)
+    leads = int(np.prod(out[:lead_axes]))
+    span = int(np.prod(out[lead_axes:]))
+    cells = np.sort(rng.choice(leads * span, size=rng.integers(0, leads * span + 1), replace=False))
+    data = rng.integers(-9, 9, cells.size).astype(np.float32)
+    bound = np.bincount(cells // span, minlength=leads) + rng.integers(0, slack + 1, leads)
+    regions = kernels.Regions(out, span, np.minimum(bound, span), np.float32)
+    # batches cut along the later axes (C order within each lead), each sorted by lead
+    cuts = np.sort(rng.integers(0, span + 1, batches - 1))
+    within = cells % span
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, span], strict=True):
+        taken = (within >= lo) & (within < hi)
+        regions.place(cells[taken], data[taken])
+    coords, values = regions.result()
+    np.testing.assert_array_equal(coords, np.stack(np.unravel_index(cells, out)))
+    np.testing.assert_array_equal(values, data)
+
+
+def test_a_region_given_more_cells_than_its_bound_is_refused() -> None:
+    regions = kernels.Regions((2, 3), 3, np.array([1, 3]), np.float64)
+    regions.place(np.array([0, 3]), np.ones(2))
+    with pytest.raises(sd.LayoutError, match="bound of 1"):
+        regions.place(np.array([1]), np.ones(1))
+
+
 def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
     tmp_path: Path,
 ) -> None:
