@@ -5,19 +5,21 @@ whole blocks: every block is read in full and then fancy-indexed by ``sparse``, 
 block's coordinates once per position asked for. An outer selection of a dask array that is
 still a plain read of a store (its graph is the read and nothing else) is therefore read afresh:
 blocks cut from the selected positions, each block one call to the reader with the positions it
-holds. The xarray backend routes its dask indexing adapter here
+holds. :class:`SporadikArray` (what ``from_sporadik`` returns) routes its own ``__getitem__``
+here; the xarray backend routes its dask indexing adapter here
 (:mod:`sporadik_dask.backend.dask_selection`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["READ_PREFIX", "READ_PREFIXES", "StoreWindow", "reader_of", "select"]
+__all__ = ["READ_PREFIX", "READ_PREFIXES", "SporadikArray", "StoreWindow", "reader_of", "select"]
 
 #: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
 READ_PREFIX = "sporadik-read-"
@@ -71,6 +73,97 @@ def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
     return positions
 
 
+class SporadikArray(da.Array):
+    """A dask array that is a read of a store: ``x[key]`` gives numpy's values, whatever the key.
+
+    dask cuts a stepped slice into per-block slices, and ``sparse`` 0.19 reads some of those
+    wrongly (``COO[slice(4, -1, -2)]`` of a 5-long block gives 3 values where numpy gives none);
+    a list or a mask becomes a ``take`` over whole blocks. So a key holding a stepped slice, or
+    one list, integer array or 1-D mask, is a new read of the positions it selects
+    (:func:`select`), in numpy's shape; every other key is dask's. Arrays that dask operations
+    make of this one are plain dask arrays.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, index: Any) -> Any:
+        routed = _numpy_key(index, self.ndim)
+        selected = None if routed is None else select(self, routed.key)
+        if routed is None or selected is None:
+            return super().__getitem__(index)  # type: ignore[no-untyped-call]
+        if routed.expand is not None:
+            selected = selected[routed.expand]
+        return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+
+
+def as_sporadik_array(x: da.Array) -> SporadikArray:
+    """``x``, a plain read of a store, as a :class:`SporadikArray` (the same graph and name)."""
+    return SporadikArray(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+
+
+class _Routed(NamedTuple):
+    """A numpy key as an outer key :func:`select` reads, and how to give numpy's shape."""
+
+    #: One part per axis: integers, slices and one integer array at most.
+    key: tuple[Any, ...]
+    #: A key adding numpy's new axes to the read (``None`` where the caller wrote one), if any.
+    expand: tuple[slice | None, ...] | None
+    #: Where the array's axis lands in the read, if numpy moves it first.
+    front: int | None
+
+
+def _numpy_key(index: Any, ndim: int) -> _Routed | None:
+    """``index`` as an outer key that reads numpy's values, or None to leave it to dask.
+
+    Taken: keys of integers, slices, ``None`` and one ``Ellipsis``, holding a slice with a step
+    or one list, integer array or 1-D boolean mask; with one array, numpy's indexing is outer
+    indexing, except that an array and integers apart from each other put the array's axis first.
+
+    1. Lists become arrays (an empty one integer), ``Ellipsis`` the slices it stands for.
+    2. Leave the key to dask if it holds anything else, two arrays, or neither an array nor a
+       stepped slice (dask's slices fuse into the read, and are right for steps of 1).
+    3. The outer key is the key without ``None``; the new axes and numpy's move of the array's
+       axis are applied to the read afterwards.
+    """
+    parts: list[Any] = []
+    for part in index if isinstance(index, tuple) else (index,):
+        if isinstance(part, list):
+            part = np.asarray(part) if part else np.zeros(0, dtype=np.int64)
+        if isinstance(part, np.ndarray) and (part.ndim != 1 or part.dtype.kind not in "iub"):
+            return None
+        known = part is None or part is Ellipsis or isinstance(part, (slice, np.ndarray))
+        if not (known or _integer(part)):
+            return None
+        parts.append(part)
+    taking = sum(part is not None and part is not Ellipsis for part in parts)
+    ellipses = [i for i, part in enumerate(parts) if part is Ellipsis]
+    if len(ellipses) > 1 or taking > ndim:
+        return None
+    at = ellipses[0] if ellipses else len(parts)
+    parts[at : at + 1] = [slice(None)] * (ndim - taking)
+    arrays = [i for i, part in enumerate(parts) if isinstance(part, np.ndarray)]
+    stepped = any(isinstance(part, slice) and part.step not in (None, 1) for part in parts)
+    if len(arrays) > 1 or not (arrays or stepped):
+        return None
+    kept = [part for part in parts if not _integer(part)]
+    added = any(part is None for part in kept)
+    expand = tuple(None if p is None else slice(None) for p in kept) if added else None
+    front = None
+    if arrays:
+        advanced = [i for i, part in enumerate(parts) if i in arrays or _integer(part)]
+        if advanced[-1] - advanced[0] + 1 != len(advanced):  # apart: numpy puts the array first
+            front = sum(not _integer(part) for part in parts[: arrays[0]])
+    return _Routed(tuple(part for part in parts if part is not None), expand, front)
+
+
+def _integer(part: Any) -> bool:
+    """An integer position (``True`` and ``False`` are numpy's new axes, not positions)."""
+    return isinstance(part, (int, np.integer)) and not isinstance(part, bool)
+
+
 def reader_of(x: Any) -> Any:
     """The reader a dask array reads, if its graph is that read and nothing more."""
     from sporadik_dask.read.reader import StoreReader
@@ -91,13 +184,13 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     Only selections holding a list, an array or a slice with a step are taken: a plain slice
     already fuses into the read. With a list or an array, the blocks split its positions (as many
     blocks as ``x`` had) and are whole along every other axis, so each selected run is read by
-    one task: blocks cut along another axis would each read every selected run again.
+    one task: blocks cut along another axis would each read every selected run again. The result
+    is a :class:`SporadikArray` of ``sparse.COO`` blocks.
 
     (dask cuts a stepped slice into per-block slices that ``sparse``
     gets wrong for some negative steps: ``[::-2]`` of an 11-long axis in blocks of 5 gives 6
     values, not 4.)
     """
-    import dask.array as da
     import sparse
     from dask.base import tokenize
 
@@ -133,8 +226,10 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     window = _window(source, tuple(positions), dropped)
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(positions), dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return da.from_array(
-        window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
+    return as_sporadik_array(
+        da.from_array(
+            window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
+        )
     )
 
 
