@@ -74,7 +74,7 @@ def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
 
 
 class SporadikArray(da.Array):
-    """A dask array that is a read of a store: ``x[key]`` gives numpy's values, whatever the key.
+    """A dask array that is a read of a store, whose stepped slices, lists and masks are reads too.
 
     dask cuts a stepped slice into per-block slices, and ``sparse`` 0.19 reads some of those
     wrongly (``COO[slice(4, -1, -2)]`` of a 5-long block gives 3 values where numpy gives none);
