@@ -56,6 +56,20 @@ def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> 
         np.testing.assert_array_equal(store.to_array().to_dense(), expected)
 
 
+def test_a_cluster_reads_stepped_and_listed_selections_of_from_sporadik(
+    tmp_path: Path, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(4), (40, 30), 0.3)
+    sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=16)
+    x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(10, 30))
+    with get_task_stream(client) as stream:
+        stepped, listed = client.compute([x[None:2:-3], x[:, [29, 2, 2]]], sync=True)
+    # the workers read windows of the store (a reader and positions, pickled as a location)
+    assert any(str(task["key"]).startswith("('sporadik-read-") for task in stream.data)
+    np.testing.assert_array_equal(stepped.todense(), dense[None:2:-3])
+    np.testing.assert_array_equal(listed.todense(), dense[:, [29, 2, 2]])
+
+
 def test_convert_on_a_cluster_shows_progress_on_a_terminal(tmp_path: Path, client: Client) -> None:
     import sys
 

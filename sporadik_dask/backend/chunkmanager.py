@@ -23,9 +23,6 @@ from xarray.namedarray.daskmanager import DaskManager
 
 from sporadik_dask.backend.array import backend_under
 
-#: Names of dask arrays read from a store through this manager begin so.
-READ_PREFIX = "sporadik-read-"
-
 __all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse"]
 
 
@@ -83,6 +80,8 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     if backend is None:
         return None
     from dask.base import tokenize
+
+    from sporadik_dask.read.window import READ_PREFIX  # the reading stack, loaded on first use
 
     kwargs = {
         **kwargs,

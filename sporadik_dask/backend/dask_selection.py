@@ -1,72 +1,22 @@
-"""Selections with lists and masks of a chunked sporadik variable read only the runs they select.
+"""Selections with lists, masks and steps of a chunked sporadik variable read only their runs.
 
-dask fuses a slice into the read of each block, but a list or a mask becomes a ``take`` over
-whole blocks: every block is read in full and then fancy-indexed by ``sparse``, which scans each
-block's coordinates once per position asked for. So opening a store wraps xarray's dask indexing
-adapter once: an outer selection of a dask array that is still a plain read of a store (its graph
-is the read and nothing else) becomes a new read of a *window* of the store, blocks cut from the
-selected positions, each block one call to the reader with the positions it holds. Every other
-dask array, and every other selection, goes to xarray's adapter unchanged.
+xarray hands an outer selection of a chunked variable to its dask indexing adapter, which would
+slice the dask array as dask does: a list or a mask becomes a ``take`` over whole blocks, each
+read in full. So opening a store wraps that adapter once: a selection of a dask array that is
+still a plain read of a store becomes a new read of a window of the store
+(:func:`sporadik_dask.read.window.select`). Every other dask array, and every other selection,
+goes to xarray's adapter unchanged.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from sporadik_dask.read.window import select
 
-from sporadik_dask.backend.chunkmanager import READ_PREFIX
-
-__all__ = ["StoreWindow", "install_dask_selection", "reader_of"]
-
-
-class StoreWindow:
-    """Positions along each axis of a store, read as one array: ``window[key]`` reads the
-    positions ``key`` picks of each axis's positions. Pickles as its reader (a location)."""
-
-    __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
-
-    def __init__(
-        self, reader: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
-    ) -> None:
-        self.reader = reader
-        #: Per kept axis, the store positions it reads, in order.
-        self.positions = positions
-        #: Axes of the store an integer dropped, and that integer.
-        self.dropped = dropped
-        self.shape = tuple(len(p) for p in positions)
-        self.dtype = reader.dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __getitem__(self, key: Any) -> Any:
-        key = key if isinstance(key, tuple) else (key,)
-        key = key + (slice(None),) * (self.ndim - len(key))
-        kept = iter(zip(self.positions, key, strict=True))
-        store_key: list[Any] = []
-        for axis in range(self.ndim + len(self.dropped)):
-            if axis in self.dropped:
-                store_key.append(self.dropped[axis])
-                continue
-            positions, part = next(kept)
-            store_key.append(_as_slice(positions[part]))
-        return self.reader.read(tuple(store_key))
-
-    def __dask_tokenize__(self) -> Any:
-        return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
-
-
-def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
-    """A step-1 range as a slice (the reader's cheapest key); anything else as it is."""
-    if positions.size and bool(np.all(np.diff(positions) == 1)):
-        return slice(int(positions[0]), int(positions[-1]) + 1)
-    return positions
+__all__ = ["install_dask_selection"]
 
 
 def install_dask_selection() -> None:
@@ -88,108 +38,3 @@ def _rereading(original: Callable[..., Any]) -> Callable[..., Any]:
 
     _oindex_get.rereads_sporadik = True  # type: ignore[attr-defined]
     return _oindex_get
-
-
-def reader_of(x: Any) -> Any:
-    """The reader a dask array reads, if its graph is that read and nothing more."""
-    from sporadik_dask.read import StoreReader
-
-    if not str(x.name).startswith((READ_PREFIX, "from-sporadik-")):
-        return None
-    layers = x.dask.layers
-    original = layers.get(f"original-{x.name}")
-    if len(layers) != 2 or original is None:
-        return None
-    (held,) = dict(original).values() if len(original) == 1 else (None,)
-    return held if isinstance(held, (StoreReader, StoreWindow)) else None
-
-
-def select(x: Any, key: tuple[Any, ...]) -> Any:
-    """``x[key]`` (outer) as a new read of the selected positions, or None to leave it to dask.
-
-    Only selections holding a list, an array or a slice with a step are taken: a plain slice
-    already fuses into the read. With a list or an array, the blocks split its positions (as many
-    blocks as ``x`` had) and are whole along every other axis, so each selected run is read by
-    one task: blocks cut along another axis would each read every selected run again.
-
-    (dask cuts a stepped slice into per-block slices that ``sparse``
-    gets wrong for some negative steps: ``[::-2]`` of an 11-long axis in blocks of 5 gives 6
-    values, not 4.)
-    """
-    import dask.array as da
-    import sparse
-    from dask.base import tokenize
-
-    if not any(_not_fused(part) for part in key):
-        return None
-    source = reader_of(x)
-    if source is None:
-        return None
-    key = key + (slice(None),) * (x.ndim - len(key))
-    positions: list[npt.NDArray[np.int64]] = []
-    dropped: dict[int, int] = {}
-    chunks: list[tuple[int, ...]] = []
-    for axis, (part, size) in enumerate(zip(key, x.shape, strict=True)):
-        everything = np.arange(size, dtype=np.int64)
-        if isinstance(part, (int, np.integer)):
-            dropped[axis] = int(everything[int(part)])  # raises IndexError as numpy does
-            continue
-        picked = np.asarray(everything[part], dtype=np.int64)
-        positions.append(picked)
-        biggest = max(x.chunks[axis]) if x.chunks[axis] else 1
-        whole = isinstance(part, slice) and part == slice(None)
-        chunks.append(x.chunks[axis] if whole else _cut(picked.size, biggest))
-    listed = [
-        i
-        for i, part in enumerate(p for p in key if not isinstance(p, (int, np.integer)))
-        if isinstance(part, (list, np.ndarray))
-    ]
-    if listed:  # blocks split the listed positions, whole along the rest: each run read once
-        along = listed[0]
-        blocks = max(1, min(math.prod(x.numblocks), positions[along].size))
-        chunks = [(len(p),) for p in positions]
-        chunks[along] = _cut(positions[along].size, -(-positions[along].size // blocks))
-    window = _window(source, tuple(positions), dropped)
-    meta = sparse.COO.from_numpy(np.zeros((0,) * len(positions), dtype=x.dtype))
-    name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return da.from_array(
-        window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
-    )
-
-
-def _not_fused(part: Any) -> bool:
-    if isinstance(part, slice):
-        return part.step not in (None, 1)
-    return isinstance(part, (list, np.ndarray))
-
-
-def _window(
-    source: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
-) -> StoreWindow:
-    """A window of the store, composed with ``source``'s own if it is a window already."""
-    if isinstance(source, StoreWindow):
-        inner = iter(source.positions)
-        store_positions: list[npt.NDArray[np.int64]] = []
-        store_dropped = dict(source.dropped)
-        picked = iter(positions)
-        kept_axis = 0
-        for axis in range(len(source.positions) + len(source.dropped)):
-            if axis in source.dropped:
-                continue
-            own = next(inner)
-            if kept_axis in dropped:
-                store_dropped[axis] = int(own[dropped[kept_axis]])
-            else:
-                store_positions.append(own[next(picked)])
-            kept_axis += 1
-        return StoreWindow(source.reader, tuple(store_positions), store_dropped)
-    return StoreWindow(source, positions, dropped)
-
-
-def _cut(length: int, block: int) -> tuple[int, ...]:
-    """``length`` positions in blocks of at most ``block``."""
-    if length == 0:
-        return (0,)
-    count = math.ceil(length / max(block, 1))
-    base, extra = divmod(length, count)
-    return tuple(base + (1 if i < extra else 0) for i in range(count))

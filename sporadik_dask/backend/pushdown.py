@@ -25,9 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.backend.array import backend_under
-from sporadik_dask.backend.chunkmanager import READ_PREFIX
-from sporadik_dask.backend.dask_selection import reader_of
 from sporadik_dask.read import StoreReader
+from sporadik_dask.read.window import READ_PREFIXES, reader_of
 
 __all__ = ["install_reductions"]
 
@@ -276,4 +275,4 @@ def _is_sporadik_dask(data: Any) -> bool:
 
     if not isinstance(data, da.Array) or not hasattr(data._meta, "coords"):
         return False
-    return any(str(name).startswith((READ_PREFIX, "from-sporadik-")) for name in data.dask.layers)
+    return any(str(name).startswith(READ_PREFIXES) for name in data.dask.layers)

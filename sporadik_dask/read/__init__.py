@@ -7,8 +7,8 @@ read; a selection no present layout narrows is a scan, with a warning.
 
 Modules, one job each: ``selection`` (keys to positions), ``routing`` (pure: which layout),
 ``fetch`` (the two waves), ``assembly`` (runs to the result, no I/O), ``statistics``
-(per-position counts and totals), ``reader`` (the :class:`StoreReader` front) and ``dask_array``
-(:func:`from_sporadik`).
+(per-position counts and totals), ``reader`` (the :class:`StoreReader` front), ``dask_array``
+(:func:`from_sporadik`) and ``window`` (selections of such a dask array as new reads).
 """
 
 from __future__ import annotations

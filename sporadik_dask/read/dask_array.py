@@ -1,7 +1,9 @@
 """``from_sporadik``: a store as a dask array of sparse chunks, each task reading only its runs.
 
 The graph is dask's own ``from_array`` over a :class:`~sporadik_dask.read.reader.StoreReader`
-fixed to one layout, so dask's getter reads each block and fuses later slices into the read.
+fixed to one layout, so dask's getter reads each block and fuses later slices into the read. The
+array is a :class:`~sporadik_dask.read.window.SporadikArray`: stepped slices, lists and masks of
+it are new reads of the positions they select (numpy's values, only the selected runs read).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def from_sporadik(
 ) -> da.Array:
     """A dask array of ``sparse.COO`` chunks over the store, each task reading only its runs.
 
+    ``x[key]`` gives numpy's ``dense[key]``: a key with a stepped slice, or with one list,
+    integer array or 1-D mask, is a new read of the positions it selects, in ``sparse.COO``
+    blocks whatever ``format``; any other key is sliced by dask, fused into the read.
+
     Parameters
     ----------
     store
@@ -52,6 +58,8 @@ def from_sporadik(
     import sparse
     from dask.base import tokenize
 
+    from sporadik_dask.read.window import as_sporadik_array
+
     opened = open_store(store, storage_options=storage_options)
     layouts = opened.description.layouts
     chosen = min(layouts) if axis is None else int(axis)
@@ -68,8 +76,9 @@ def from_sporadik(
     if format == "gcxs":
         meta = meta.asformat("gcxs", compressed_axes=(chosen,))
     name = f"from-sporadik-{tokenize(reader, chunks)}"
-    array: da.Array = da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
-    return array
+    return as_sporadik_array(
+        da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
+    )
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:

@@ -1,0 +1,271 @@
+"""Selections of a dask array read from a store, as new reads of a *window* of the store.
+
+dask fuses a slice into the read of each block, but a list or a mask becomes a ``take`` over
+whole blocks: every block is read in full and then fancy-indexed by ``sparse``, which scans each
+block's coordinates once per position asked for. An outer selection of a dask array that is
+still a plain read of a store (its graph is the read and nothing else) is therefore read afresh:
+blocks cut from the selected positions, each block one call to the reader with the positions it
+holds. :class:`SporadikArray` (what ``from_sporadik`` returns) routes its own ``__getitem__``
+here; the xarray backend routes its dask indexing adapter here
+(:mod:`sporadik_dask.backend.dask_selection`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import dask.array as da
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["READ_PREFIX", "READ_PREFIXES", "SporadikArray", "StoreWindow", "reader_of", "select"]
+
+#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
+READ_PREFIX = "sporadik-read-"
+#: Names of every dask array that is a read of a store begin with one of these (``from_sporadik``
+#: names its reads ``from-sporadik-``).
+READ_PREFIXES = (READ_PREFIX, "from-sporadik-")
+
+
+class StoreWindow:
+    """Positions along each axis of a store, read as one array: ``window[key]`` reads the
+    positions ``key`` picks of each axis's positions. Pickles as its reader (a location)."""
+
+    __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
+
+    def __init__(
+        self, reader: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
+    ) -> None:
+        self.reader = reader
+        #: Per kept axis, the store positions it reads, in order.
+        self.positions = positions
+        #: Axes of the store an integer dropped, and that integer.
+        self.dropped = dropped
+        self.shape = tuple(len(p) for p in positions)
+        self.dtype = reader.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, key: Any) -> Any:
+        key = key if isinstance(key, tuple) else (key,)
+        key = key + (slice(None),) * (self.ndim - len(key))
+        kept = iter(zip(self.positions, key, strict=True))
+        store_key: list[Any] = []
+        for axis in range(self.ndim + len(self.dropped)):
+            if axis in self.dropped:
+                store_key.append(self.dropped[axis])
+                continue
+            positions, part = next(kept)
+            store_key.append(_as_slice(positions[part]))
+        return self.reader.read(tuple(store_key))
+
+    def __dask_tokenize__(self) -> Any:
+        return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
+
+
+def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
+    """A step-1 range as a slice (the reader's cheapest key); anything else as it is."""
+    if positions.size and bool(np.all(np.diff(positions) == 1)):
+        return slice(int(positions[0]), int(positions[-1]) + 1)
+    return positions
+
+
+class SporadikArray(da.Array):
+    """A dask array that is a read of a store, whose stepped slices, lists and masks are reads too.
+
+    dask cuts a stepped slice into per-block slices, and ``sparse`` 0.19 reads some of those
+    wrongly (``COO[slice(4, -1, -2)]`` of a 5-long block gives 3 values where numpy gives none);
+    a list or a mask becomes a ``take`` over whole blocks. So a key holding a stepped slice, or
+    one list, integer array or 1-D mask, is a new read of the positions it selects
+    (:func:`select`), in numpy's shape; every other key is dask's. Arrays that dask operations
+    make of this one are plain dask arrays.
+    """
+
+    __slots__ = ()
+
+    def __getitem__(self, index: Any) -> Any:
+        routed = _numpy_key(index, self.ndim)
+        selected = None if routed is None else select(self, routed.key)
+        if routed is None or selected is None:
+            return super().__getitem__(index)  # type: ignore[no-untyped-call]
+        if routed.expand is not None:
+            selected = selected[routed.expand]
+        return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+
+
+def as_sporadik_array(x: da.Array) -> SporadikArray:
+    """``x``, a plain read of a store, as a :class:`SporadikArray` (the same graph and name)."""
+    return SporadikArray(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+
+
+class _Routed(NamedTuple):
+    """A numpy key as an outer key :func:`select` reads, and how to give numpy's shape."""
+
+    #: One part per axis: integers, slices and one integer array at most.
+    key: tuple[Any, ...]
+    #: A key adding numpy's new axes to the read (``None`` where the caller wrote one), if any.
+    expand: tuple[slice | None, ...] | None
+    #: Where the array's axis lands in the read, if numpy moves it first.
+    front: int | None
+
+
+def _numpy_key(index: Any, ndim: int) -> _Routed | None:
+    """``index`` as an outer key that reads numpy's values, or None to leave it to dask.
+
+    Taken: keys of integers, slices, ``None`` and one ``Ellipsis``, holding a slice with a step
+    or one list, integer array or 1-D boolean mask; with one array, numpy's indexing is outer
+    indexing, except that an array and integers apart from each other put the array's axis first.
+
+    1. Lists become arrays (an empty one integer), ``Ellipsis`` the slices it stands for.
+    2. Leave the key to dask if it holds anything else, two arrays, or neither an array nor a
+       stepped slice (dask's slices fuse into the read, and are right for steps of 1).
+    3. The outer key is the key without ``None``; the new axes and numpy's move of the array's
+       axis are applied to the read afterwards.
+    """
+    parts: list[Any] = []
+    for part in index if isinstance(index, tuple) else (index,):
+        if isinstance(part, list):
+            part = np.asarray(part) if part else np.zeros(0, dtype=np.int64)
+        if isinstance(part, np.ndarray) and (part.ndim != 1 or part.dtype.kind not in "iub"):
+            return None
+        known = part is None or part is Ellipsis or isinstance(part, (slice, np.ndarray))
+        if not (known or _integer(part)):
+            return None
+        parts.append(part)
+    taking = sum(part is not None and part is not Ellipsis for part in parts)
+    ellipses = [i for i, part in enumerate(parts) if part is Ellipsis]
+    if len(ellipses) > 1 or taking > ndim:
+        return None
+    at = ellipses[0] if ellipses else len(parts)
+    parts[at : at + 1] = [slice(None)] * (ndim - taking)
+    arrays = [i for i, part in enumerate(parts) if isinstance(part, np.ndarray)]
+    stepped = any(isinstance(part, slice) and part.step not in (None, 1) for part in parts)
+    if len(arrays) > 1 or not (arrays or stepped):
+        return None
+    kept = [part for part in parts if not _integer(part)]
+    added = any(part is None for part in kept)
+    expand = tuple(None if p is None else slice(None) for p in kept) if added else None
+    front = None
+    if arrays:
+        advanced = [i for i, part in enumerate(parts) if i in arrays or _integer(part)]
+        if advanced[-1] - advanced[0] + 1 != len(advanced):  # apart: numpy puts the array first
+            front = sum(not _integer(part) for part in parts[: arrays[0]])
+    return _Routed(tuple(part for part in parts if part is not None), expand, front)
+
+
+def _integer(part: Any) -> bool:
+    """An integer position (``True`` and ``False`` are numpy's new axes, not positions)."""
+    return isinstance(part, (int, np.integer)) and not isinstance(part, bool)
+
+
+def reader_of(x: Any) -> Any:
+    """The reader a dask array reads, if its graph is that read and nothing more."""
+    from sporadik_dask.read.reader import StoreReader
+
+    if not str(x.name).startswith(READ_PREFIXES):
+        return None
+    layers = x.dask.layers
+    original = layers.get(f"original-{x.name}")
+    if len(layers) != 2 or original is None:
+        return None
+    (held,) = dict(original).values() if len(original) == 1 else (None,)
+    return held if isinstance(held, (StoreReader, StoreWindow)) else None
+
+
+def select(x: Any, key: tuple[Any, ...]) -> Any:
+    """``x[key]`` (outer) as a new read of the selected positions, or None to leave it to dask.
+
+    Only selections holding a list, an array or a slice with a step are taken: a plain slice
+    already fuses into the read. With a list or an array, the blocks split its positions (as many
+    blocks as ``x`` had) and are whole along every other axis, so each selected run is read by
+    one task: blocks cut along another axis would each read every selected run again. The result
+    is a :class:`SporadikArray` of ``sparse.COO`` blocks.
+
+    (dask cuts a stepped slice into per-block slices that ``sparse``
+    gets wrong for some negative steps: ``[::-2]`` of an 11-long axis in blocks of 5 gives 6
+    values, not 4.)
+    """
+    import sparse
+    from dask.base import tokenize
+
+    if not any(_not_fused(part) for part in key):
+        return None
+    source = reader_of(x)
+    if source is None:
+        return None
+    key = key + (slice(None),) * (x.ndim - len(key))
+    positions: list[npt.NDArray[np.int64]] = []
+    dropped: dict[int, int] = {}
+    chunks: list[tuple[int, ...]] = []
+    for axis, (part, size) in enumerate(zip(key, x.shape, strict=True)):
+        everything = np.arange(size, dtype=np.int64)
+        if isinstance(part, (int, np.integer)):
+            dropped[axis] = int(everything[int(part)])  # raises IndexError as numpy does
+            continue
+        picked = np.asarray(everything[part], dtype=np.int64)
+        positions.append(picked)
+        biggest = max(x.chunks[axis]) if x.chunks[axis] else 1
+        whole = isinstance(part, slice) and part == slice(None)
+        chunks.append(x.chunks[axis] if whole else _cut(picked.size, biggest))
+    listed = [
+        i
+        for i, part in enumerate(p for p in key if not isinstance(p, (int, np.integer)))
+        if isinstance(part, (list, np.ndarray))
+    ]
+    if listed:  # blocks split the listed positions, whole along the rest: each run read once
+        along = listed[0]
+        blocks = max(1, min(math.prod(x.numblocks), positions[along].size))
+        chunks = [(len(p),) for p in positions]
+        chunks[along] = _cut(positions[along].size, -(-positions[along].size // blocks))
+    window = _window(source, tuple(positions), dropped)
+    meta = sparse.COO.from_numpy(np.zeros((0,) * len(positions), dtype=x.dtype))
+    name = f"{READ_PREFIX}{tokenize(window, chunks)}"
+    return as_sporadik_array(
+        da.from_array(
+            window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
+        )
+    )
+
+
+def _not_fused(part: Any) -> bool:
+    if isinstance(part, slice):
+        return part.step not in (None, 1)
+    return isinstance(part, (list, np.ndarray))
+
+
+def _window(
+    source: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
+) -> StoreWindow:
+    """A window of the store, composed with ``source``'s own if it is a window already."""
+    if isinstance(source, StoreWindow):
+        inner = iter(source.positions)
+        store_positions: list[npt.NDArray[np.int64]] = []
+        store_dropped = dict(source.dropped)
+        picked = iter(positions)
+        kept_axis = 0
+        for axis in range(len(source.positions) + len(source.dropped)):
+            if axis in source.dropped:
+                continue
+            own = next(inner)
+            if kept_axis in dropped:
+                store_dropped[axis] = int(own[dropped[kept_axis]])
+            else:
+                store_positions.append(own[next(picked)])
+            kept_axis += 1
+        return StoreWindow(source.reader, tuple(store_positions), store_dropped)
+    return StoreWindow(source, positions, dropped)
+
+
+def _cut(length: int, block: int) -> tuple[int, ...]:
+    """``length`` positions in blocks of at most ``block``."""
+    if length == 0:
+        return (0,)
+    count = math.ceil(length / max(block, 1))
+    base, extra = divmod(length, count)
+    return tuple(base + (1 if i < extra else 0) for i in range(count))
