@@ -19,7 +19,7 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from sporadik_dask.read.window import SporadikArray
-from tests.helpers import RecordingStore, random_dense
+from tests.helpers import RecordingStore, open_dataset, random_dense
 from tests.test_08_read_indexing import indexers
 from tests.test_08_read_indexing import stores as stores  # the module's stores, rank 2 to 4
 
@@ -82,6 +82,20 @@ def test_a_negative_step_across_blocks_gives_numpys_rows(tmp_path: Path, key: sl
     dense = random_dense(np.random.default_rng(3), (13, 7), 0.5)
     sd.to_sporadik(dense, tmp_path / "s.zarr")
     x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(4, 7))
+    np.testing.assert_array_equal(x[key].compute().todense(), dense[key])
+
+
+@pytest.mark.parametrize("key", [slice(None, 2, -3), slice(3, 2, -2), slice(None, -8, -2)])
+def test_the_dask_array_of_a_chunked_variable_takes_a_negative_step_as_numpy_does(
+    tmp_path: Path, key: slice
+) -> None:
+    """``.data`` of a variable opened with ``chunks=`` is a read of the store, as
+    from_sporadik's is, not a plain dask array whose per-block slices sparse gets wrong."""
+    dense = random_dense(np.random.default_rng(3), (13, 7), 0.5)
+    sd.to_sporadik(dense, tmp_path / "s.zarr")
+    ds = open_dataset(tmp_path / "s.zarr", chunks={"dim_0": 4})
+    x = ds[next(iter(ds.data_vars))].data
+    assert isinstance(x, SporadikArray)
     np.testing.assert_array_equal(x[key].compute().todense(), dense[key])
 
 

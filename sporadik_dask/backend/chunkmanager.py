@@ -81,7 +81,8 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
         return None
     from dask.base import tokenize
 
-    from sporadik_dask.read.window import READ_PREFIX  # the reading stack, loaded on first use
+    # the reading stack, loaded on first use
+    from sporadik_dask.read.window import READ_PREFIX, as_sporadik_array
 
     kwargs = {
         **kwargs,
@@ -91,7 +92,8 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
         "name": f"{READ_PREFIX}{kwargs.get('name') or tokenize(backend.reader, data, chunks)}",
     }
     if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
-        return da.from_array(backend.reader, chunks, **kwargs)
+        # ``.data[::-2]`` of the variable is then a read too, as from_sporadik's is
+        return as_sporadik_array(da.from_array(backend.reader, chunks, **kwargs))
     return da.from_array(data, chunks, getitem=_getter, **kwargs)
 
 
