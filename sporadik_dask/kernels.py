@@ -13,7 +13,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask import numba_cache
 from sporadik_dask.errors import LayoutError
+
+numba_cache.install()  # before the first kernel is defined: cached in the user's cache directory
 
 __all__ = ["Regions", "add_runs", "sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
 

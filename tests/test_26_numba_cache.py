@@ -1,0 +1,83 @@
+"""Compiled kernels are cached in the user's cache directory, never beside the package's sources,
+and a new process loads them from there rather than compiling them again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from numba.core.caching import UserProvidedCacheLocator
+
+from sporadik_dask import numba_cache
+
+#: One kernel compiled in a fresh process; prints its cache hits and misses as numba counts them.
+_CALL = """
+import json
+import numpy as np
+from sporadik_dask import kernels
+counts = np.array([2, 1, 1])
+kernels.sort_by_key(np.array([2, 0, 1, 0]), counts, np.arange(4)[None, :], np.arange(4.0))
+stats = kernels._scatter.stats
+hits, misses = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
+print(json.dumps({"hits": hits, "misses": misses}))
+"""
+
+
+def _fresh_call(cache: Path) -> dict[str, int]:
+    env = {**os.environ, "SPORADIK_DASK_CACHE_DIR": str(cache)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _CALL], env=env, capture_output=True, text=True, check=True
+    )
+    counted: dict[str, int] = json.loads(done.stdout.splitlines()[-1])
+    return counted
+
+
+def test_the_package_locator_comes_right_after_the_one_numba_cache_dir_sets() -> None:
+    from numba.core.caching import CacheImpl
+
+    numba_cache.install()
+    numba_cache.install()
+    classes = CacheImpl._locator_classes
+    assert classes.count(numba_cache.PackageCacheLocator) == 1
+    assert classes.index(numba_cache.PackageCacheLocator) == 1
+    assert classes[0] is UserProvidedCacheLocator  # NUMBA_CACHE_DIR still wins
+
+
+def test_a_new_process_loads_the_kernels_its_predecessor_compiled(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _fresh_call(cache)
+    written = sorted(p.name for p in cache.rglob("*") if p.is_file())
+    assert first["misses"] >= 1 and first["hits"] == 0
+    assert any(name.startswith("kernels._scatter") and name.endswith(".nbi") for name in written)
+    again = _fresh_call(cache)
+    assert again["hits"] >= 1 and again["misses"] == 0
+
+
+def test_kernels_are_not_cached_beside_the_sources(tmp_path: Path) -> None:
+    sources = Path(numba_cache.__file__).parent / "__pycache__"
+    before = set(sources.glob("kernels._scatter*.nbi")) if sources.exists() else set()
+    _fresh_call(tmp_path / "elsewhere")
+    after = set(sources.glob("kernels._scatter*.nbi")) if sources.exists() else set()
+    assert after == before
+
+
+def test_only_the_packages_own_functions_are_located_there() -> None:
+    def elsewhere() -> None:
+        """A function of another file: left to numba's own locators."""
+
+    assert numba_cache.PackageCacheLocator.from_function(elsewhere, __file__) is None
+
+
+def test_the_cache_directory_is_the_users_unless_one_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPORADIK_DASK_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert numba_cache.cache_dir() == tmp_path / "xdg" / "sporadik-dask" / "numba"
+    monkeypatch.setenv("SPORADIK_DASK_CACHE_DIR", str(tmp_path / "named"))
+    assert numba_cache.cache_dir() == tmp_path / "named"
