@@ -79,8 +79,9 @@ def fetch_runs(
     arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
     brackets: Brackets,
     location: str,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Wave two: the indices and values of every run, concatenated in the order asked.
+) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
+    """Wave two: the indices (in their stored integer dtype) and values of every run,
+    concatenated in the order asked.
 
     ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
     (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
@@ -88,10 +89,11 @@ def fetch_runs(
     """
     if int((brackets[1] - brackets[0]).sum()) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
-    taken = _take_runs(layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets)
-    indices = taken[0].astype(np.int64, copy=False)
+    indices, data = _take_runs(
+        layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets
+    )
     check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
-    return indices, taken[1]
+    return indices, data
 
 
 def fetch_values(
