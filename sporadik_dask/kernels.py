@@ -73,6 +73,8 @@ def _rows_of_runs(
     starts: Any, lengths: Any, indices: Any, data: Any, slots: Any, reverse: bool
 ) -> Any:
     kept = np.zeros(len(starts), dtype=np.int64)
+    every = True  # every value kept, the runs in order, each once: values permuted in place
+    read = 0
     for run in range(len(starts)):
         last = -1
         for i in range(starts[run], starts[run] + lengths[run]):
@@ -82,8 +84,21 @@ def _rows_of_runs(
             last = key
             if slots[key] >= 0:
                 kept[run] += 1
-    coords = np.empty((2, kept.sum()), dtype=np.int64)
-    out = np.empty(kept.sum(), dtype=data.dtype)
+        every = every and kept[run] == lengths[run] and starts[run] == read
+        read += lengths[run]
+    total = kept.sum()
+    coords = np.empty((2, total), dtype=np.int64)
+    if every and total == len(data):
+        for run in range(len(starts)):
+            start, stop = starts[run], starts[run] + lengths[run]
+            coords[0, start:stop] = run
+            for i in range(start, stop):
+                coords[1, i] = slots[indices[stop - 1 - (i - start) if reverse else i]]
+            if reverse:
+                for i in range(lengths[run] // 2):
+                    data[start + i], data[stop - 1 - i] = data[stop - 1 - i], data[start + i]
+        return coords, data, True
+    out = np.empty(total, dtype=data.dtype)
     first = 0
     for run in range(len(starts)):
         j, step = (first + kept[run] - 1, -1) if reverse else (first, 1)
@@ -114,8 +129,10 @@ def rows_of_runs(
     increase with ``k`` (``reverse``: decrease), so a run ascending by index is ascending by
     column read forwards (backwards). Two passes, each value read twice and written once into
     outputs of their final size: no coordinate row is built, gathered or sorted on the way.
-    None when a run is not strictly ascending or a dtype numba cannot hold: the caller then
-    sorts the general way.
+    When every value of ``data`` is kept, runs in order, the values are ``data`` itself,
+    reversed run by run in place if need be: ``data`` is the caller's to give.
+    None when a run is not strictly ascending or a dtype numba cannot hold (``data`` untouched):
+    the caller then sorts the general way.
     """
     try:
         coords, out, ordered = _rows_of_runs(starts, lengths, indices, data, slots, reverse)

@@ -190,22 +190,34 @@ def _runs_asked(
     cols=st.integers(1, 30),
     order=st.sampled_from(["ascending", "descending"]),
     stored=st.sampled_from(["int32", "int64"]),
+    every=st.booleans(),
 )
 def test_rows_of_runs_is_what_indexing_the_dense_matrix_gives(
-    seed: int, rows: int, cols: int, order: str, stored: str
+    seed: int, rows: int, cols: int, order: str, stored: str, every: bool
 ) -> None:
+    """Rows asked in any order, or every value in order (then permuted in place)."""
     rng = np.random.default_rng(seed)
     csr = sp.random(rows, cols, density=0.4, format="csr", random_state=rng)
     csr.data[:] = rng.integers(1, 100, csr.nnz)
-    asked, starts, lengths = _runs_asked(rng, np.diff(csr.indptr), rows)
-    picked, slots = _selected(rng, cols, order)
+    dense = csr.toarray()
+    if every:
+        asked = np.arange(rows)
+        starts, lengths = csr.indptr[:-1].astype(np.int64), np.diff(csr.indptr)
+        picked = np.arange(cols)[:: 1 if order == "ascending" else -1]
+        slots = np.empty(cols, dtype=np.int64)
+        slots[picked] = np.arange(cols)
+    else:
+        asked, starts, lengths = _runs_asked(rng, np.diff(csr.indptr), rows)
+        picked, slots = _selected(rng, cols, order)
     got = kernels.rows_of_runs(
         starts, lengths, csr.indices.astype(stored), csr.data, slots, reverse=order != "ascending"
     )
     assert got is not None
-    coords, data = _coo_of(csr.toarray()[np.ix_(asked, picked)])
+    coords, data = _coo_of(dense[np.ix_(asked, picked)])
     np.testing.assert_array_equal(got[0], coords)
     np.testing.assert_array_equal(got[1], data)
+    if every and csr.nnz:
+        assert np.shares_memory(got[1], csr.data)
 
 
 def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> None:
@@ -214,6 +226,9 @@ def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> N
     assert kernels.rows_of_runs(*one, np.array([2, 1]), np.ones(2), slots, reverse=False) is None
     half = np.ones(2, dtype=np.float16)
     assert kernels.rows_of_runs(*one, np.array([1, 2]), half, slots, reverse=False) is None
+    values = np.array([1.0, 2.0])
+    assert kernels.rows_of_runs(*one, np.array([2, 1]), values, slots, reverse=True) is None
+    np.testing.assert_array_equal(values, [1.0, 2.0])  # declined before touching them
 
 
 @settings(max_examples=40, deadline=None)

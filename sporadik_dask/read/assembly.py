@@ -204,7 +204,8 @@ def assemble(
     """Coordinates (over :attr:`Selection.result_shape`) and values of the selection, C order.
 
     ``indices`` (any integer dtype) and ``data`` are the layout's runs for the selection's sorted
-    distinct positions along its indexed axis, ``lengths`` values each.
+    distinct positions along its indexed axis, ``lengths`` values each. ``data`` is the caller's
+    to give: when the result keeps every value, it is the result's values, permuted in place.
 
     1. Rank 2: one kernel from the runs to the result (:func:`_assemble_rank2`), when it takes
        the selection. Otherwise:
