@@ -115,7 +115,7 @@ def _assemble_rank2(
     kernel (:func:`~sporadik_dask.kernels.rows_of_runs` along the runs,
     :func:`~sporadik_dask.kernels.columns_of_runs` across them): each run taken in place, once
     per request, nothing gathered, stacked or sorted on the way, so the read holds the runs and
-    the result alone (every gene reversed, 17.9 M values: peak RSS 2.1 GiB before, 1.25 GiB).
+    the result alone (every gene reversed, 17.9 M values: peak RSS 2.0 GiB before, 1.1 GiB).
     None for what they do not take: a position of the other axis asked for twice, an order of it
     neither ascending nor descending along the runs, a run not ascending, a dtype numba lacks.
     """
