@@ -18,7 +18,15 @@ from sporadik_dask.errors import LayoutError
 
 numba_cache.install()  # before the first kernel is defined: cached in the user's cache directory
 
-__all__ = ["Regions", "add_runs", "sort_by_key", "sort_by_lead", "sum_runs", "transpose_runs"]
+__all__ = [
+    "Regions",
+    "add_runs",
+    "columns_of_runs",
+    "rows_of_runs",
+    "sort_by_key",
+    "sort_by_lead",
+    "sum_runs",
+]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -65,48 +73,127 @@ def sort_by_key(
 
 
 @numba.njit(cache=True, nogil=True)
-def _transpose(keys: Any, lengths: Any, counts: Any, data: Any) -> Any:
-    offsets = _starts(counts)
-    coords = np.empty((2, len(keys)), dtype=np.int64)
-    out_data = np.empty_like(data)
-    i = 0
-    for run in range(len(lengths)):
+def _rows_of_runs(
+    starts: Any, lengths: Any, indices: Any, data: Any, slots: Any, reverse: bool
+) -> Any:
+    kept = np.zeros(len(starts), dtype=np.int64)
+    every = True  # every value kept, the runs in order, each once: values permuted in place
+    read = 0
+    for run in range(len(starts)):
         last = -1
-        for _ in range(lengths[run]):
-            key = keys[i]
+        for i in range(starts[run], starts[run] + lengths[run]):
+            key = indices[i]
             if key <= last:  # a run not strictly ascending: the caller sorts it the long way
-                return coords, out_data, False
+                return np.empty((2, 0), dtype=np.int64), data[:0], False
             last = key
-            j = offsets[key]
-            coords[1, j] = run
-            out_data[j] = data[i]
-            offsets[key] = j + 1
-            i += 1
-    j = 0
-    for key in range(len(counts)):
-        for _ in range(counts[key]):
-            coords[0, j] = key
-            j += 1
-    return coords, out_data, True
+            if slots[key] >= 0:
+                kept[run] += 1
+        every = every and kept[run] == lengths[run] and starts[run] == read
+        read += lengths[run]
+    total = kept.sum()
+    coords = np.empty((2, total), dtype=np.int64)
+    if every and total == len(data):
+        for run in range(len(starts)):
+            start, stop = starts[run], starts[run] + lengths[run]
+            coords[0, start:stop] = run
+            for i in range(start, stop):
+                coords[1, i] = slots[indices[stop - 1 - (i - start) if reverse else i]]
+            if reverse:
+                for i in range(lengths[run] // 2):
+                    data[start + i], data[stop - 1 - i] = data[stop - 1 - i], data[start + i]
+        return coords, data, True
+    out = np.empty(total, dtype=data.dtype)
+    first = 0
+    for run in range(len(starts)):
+        j, step = (first + kept[run] - 1, -1) if reverse else (first, 1)
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                coords[0, j] = run
+                coords[1, j] = slot
+                out[j] = data[i]
+                j += step
+        first += kept[run]
+    return coords, out, True
 
 
-def transpose_runs(
-    keys: npt.NDArray[Any], lengths: npt.NDArray[Any], data: npt.NDArray[Any], extent: int
+def rows_of_runs(
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    indices: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    slots: npt.NDArray[np.int64],
+    *,
+    reverse: bool,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
-    """Runs of a rank-2 layout read across: coordinates ``(key, run)`` and values in C order.
+    """Runs of a rank-2 layout read along: coordinates ``(run, slot)`` and values in C order.
 
-    The runs (``lengths`` values each, ``keys`` ascending within each, in ``[0, extent)``) are
-    the columns of a CSC read; C order is by key, then run. One counting sort writes only the run
-    number and the value at random places, where a general sort would move every coordinate row;
-    the key row is laid down in order afterwards. None when a run is not strictly ascending or a
-    dtype numba cannot hold: the caller then sorts the general way.
+    Output row ``r`` is the run of ``lengths[r]`` values at ``starts[r]`` of ``indices`` and
+    ``data``; a value at index ``k`` goes to column ``slots[k]`` (-1: left out). ``slots``
+    increase with ``k`` (``reverse``: decrease), so a run ascending by index is ascending by
+    column read forwards (backwards). Two passes, each value read twice and written once into
+    outputs of their final size: no coordinate row is built, gathered or sorted on the way.
+    When every value of ``data`` is kept, runs in order, the values are ``data`` itself,
+    reversed run by run in place if need be: ``data`` is the caller's to give.
+    None when a run is not strictly ascending or a dtype numba cannot hold (``data`` untouched):
+    the caller then sorts the general way.
     """
-    counts = np.bincount(keys, minlength=extent)
     try:
-        coords, out, ordered = _transpose(keys, lengths, counts, data)
+        coords, out, ordered = _rows_of_runs(starts, lengths, indices, data, slots, reverse)
     except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks
         return None
     return (coords, out) if ordered else None
+
+
+@numba.njit(cache=True, nogil=True)
+def _columns_of_runs(
+    starts: Any, lengths: Any, indices: Any, data: Any, slots: Any, extent: int
+) -> Any:
+    offsets = np.zeros(extent + 1, dtype=np.int64)
+    for run in range(len(starts)):
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                offsets[slot + 1] += 1
+    for row in range(extent):
+        offsets[row + 1] += offsets[row]
+    coords = np.empty((2, offsets[extent]), dtype=np.int64)
+    out = np.empty(offsets[extent], dtype=data.dtype)
+    for row in range(extent):  # the row of every value, laid down in order
+        coords[0, offsets[row] : offsets[row + 1]] = row
+    for run in range(len(starts)):
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                j = offsets[slot]
+                coords[1, j] = run
+                out[j] = data[i]
+                offsets[slot] = j + 1
+    return coords, out
+
+
+def columns_of_runs(
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    indices: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    slots: npt.NDArray[np.int64],
+    extent: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """Runs of a rank-2 layout read across: coordinates ``(slot, run)`` and values in C order.
+
+    Output column ``c`` is the run of ``lengths[c]`` values at ``starts[c]`` of ``indices`` and
+    ``data``; a value at index ``k`` goes to row ``slots[k]`` in ``[0, extent)`` (-1: left out).
+    A counting sort by row: the runs are taken in column order, so each row's values arrive by
+    column whatever the order within a run; only the column and the value are written at random
+    places, the row laid down in order afterwards. None when a dtype numba cannot hold.
+    """
+    try:
+        result: tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
+        result = _columns_of_runs(starts, lengths, indices, data, slots, extent)
+        return result
+    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks
+        return None
 
 
 @numba.njit(cache=True, nogil=True)

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from sporadik_dask.chunks import read_chunks
+from sporadik_dask.chunks import read_joined
 from sporadik_dask.describe import LayoutDescription
 from sporadik_dask.errors import LayoutError
 from sporadik_dask.read.routing import Brackets, run_chunks
@@ -24,16 +24,15 @@ __all__ = ["fetch_brackets", "fetch_runs", "fetch_values"]
 
 
 def _elements(
-    decoded: list[npt.NDArray[Any]],
+    table: npt.NDArray[Any],
     ids: npt.NDArray[np.int64],
     chunk: int,
     where: npt.NDArray[np.int64],
 ) -> npt.NDArray[Any]:
-    """Elements ``where`` of an array, from its decoded whole chunks ``ids`` (sorted).
+    """Elements ``where`` of an array, from its whole chunks ``ids`` (sorted), joined.
 
     Element ``e`` sits at (the rank of chunk ``e // chunk`` among ``ids``) * chunk + e % chunk.
     """
-    table = np.concatenate(decoded) if decoded else np.zeros(0, dtype=np.int64)
     found: npt.NDArray[Any] = table[np.searchsorted(ids, where // chunk) * chunk + where % chunk]
     return found
 
@@ -49,7 +48,7 @@ def fetch_brackets(
     Each request is a layout, its ``indptr`` array and sorted positions; only the ``indptr``
     chunks holding them are read, all requests in one batch. ``next_arrays`` (the layouts'
     ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
-    known yet (:func:`~sporadik_dask.chunks.read_chunks`), so wave two is ranges alone.
+    known yet (:func:`~sporadik_dask.chunks.read_joined`), so wave two is ranges alone.
     """
     fetches = []
     for layout, indptr, positions in requests:
@@ -57,12 +56,12 @@ def fetch_brackets(
         ids = distinct(np.concatenate([positions // chunk, (positions + 1) // chunk]))
         fetches.append((indptr, ids))
     found = []
-    for (layout, _, positions), (_, ids), decoded in zip(
-        requests, fetches, read_chunks(fetches, next_arrays=next_arrays), strict=True
+    for (layout, _, positions), (_, ids), table in zip(
+        requests, fetches, read_joined(fetches, next_arrays=next_arrays), strict=True
     ):
         chunk = layout.chunks["indptr"]
-        lo = _elements(decoded, ids, chunk, positions).astype(np.int64)
-        hi = _elements(decoded, ids, chunk, positions + 1).astype(np.int64)
+        lo = _elements(table, ids, chunk, positions).astype(np.int64)
+        hi = _elements(table, ids, chunk, positions + 1).astype(np.int64)
         if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
             raise LayoutError(
                 f"Layout {layout.path!r} in {location}: indptr names runs outside its "
@@ -79,8 +78,9 @@ def fetch_runs(
     arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
     brackets: Brackets,
     location: str,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Wave two: the indices and values of every run, concatenated in the order asked.
+) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
+    """Wave two: the indices (in their stored integer dtype) and values of every run,
+    concatenated in the order asked.
 
     ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
     (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
@@ -88,10 +88,11 @@ def fetch_runs(
     """
     if int((brackets[1] - brackets[0]).sum()) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
-    taken = _take_runs(layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets)
-    indices = taken[0].astype(np.int64, copy=False)
+    indices, data = _take_runs(
+        layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets
+    )
     check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
-    return indices, taken[1]
+    return indices, data
 
 
 def fetch_values(
@@ -120,9 +121,8 @@ def _take_runs(
         else np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     )
     taken = []
-    for (array, ids), decoded in zip(fetches, read_chunks(fetches), strict=True):
+    for (array, ids), table in zip(fetches, read_joined(fetches), strict=True):
         chunk = int(array.chunks[0])
-        table = np.concatenate(decoded)
         if within is None:  # one range of elements over consecutive chunks: a slice, no gather
             first = int(lo[0]) - int(ids[0]) * chunk
             taken.append(table[first : first + total])

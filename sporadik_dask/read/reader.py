@@ -190,7 +190,7 @@ class StoreReader:
             return sparse.COO(np.zeros((len(shape), 0), dtype=np.int64), nothing, shape=shape)
         chosen = self._route(selection, axis)
         lo, hi = chosen.brackets
-        indices, data = self.runs(chosen.layout, lo, hi)
+        indices, data = self._stored_runs(chosen.layout, lo, hi)
         coords, values = assemble(selection, chosen.layout, hi - lo, indices, data)
         if not shape:  # one cell: a scalar, as sparse and numpy give
             return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
@@ -325,10 +325,19 @@ class StoreReader:
     def runs(
         self, layout: LayoutDescription, lo: Positions, hi: Positions
     ) -> tuple[Positions, npt.NDArray[Any]]:
-        """Wave two: the indices and values of every run, concatenated in the order asked.
+        """Wave two: the indices (int64) and values of every run, concatenated in the order
+        asked.
 
         Every zarr chunk the runs touch is fetched once, both arrays in one batch.
         """
+        indices, data = self._stored_runs(layout, lo, hi)
+        return indices.astype(np.int64, copy=False), data
+
+    def _stored_runs(
+        self, layout: LayoutDescription, lo: Positions, hi: Positions
+    ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
+        """:meth:`runs` with the indices as stored (int32, say): what assembly reads, without a
+        widened copy of them beside the result."""
         arrays = self._arrays(layout)
         return fetch_runs(layout, (arrays["indices"], arrays["data"]), (lo, hi), self.location)
 

@@ -1,0 +1,90 @@
+"""dask joins ``sparse.COO`` blocks along a later axis by counting sorts, not sparse's argsort.
+
+A selection of genes under ``chunks=`` is read in blocks along the gene axis (each block reads
+its genes' runs once), so computing it joins blocks along axis 1. dask hands that to
+``sparse.concatenate``, which sorts the joined coordinates with an argsort and checks them with
+a numba function it does not cache: compiled in every new process, about a second (measured,
+100 sorted genes of 60,000 x 20,000 cells: 0.87 s first against 0.06 s again). The blocks are
+each in C order already, so a stable counting sort along the axes before the joined one puts
+them in C order in O(n), with this package's cached kernels. Opening a store registers it with
+dask for ``sparse.COO``: the result is the one sparse gives, and any other join is sparse's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["concatenate_in_order", "join_sparse_blocks_in_order"]
+
+
+def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
+    """``sparse.concatenate(arrays, axis)``, with the result put in C order by counting sorts.
+
+    1. Along the leading axis, or for anything but ``sparse.COO`` blocks of one rank, fill value
+       and int64 coordinates, hand over to ``sparse.concatenate`` (its own join along the
+       leading axis keeps C order without a sort).
+    2. Join coordinates and values block after block, offsetting the joined axis.
+    3. Values are then in C order within each run of equal coordinates on the axes before
+       ``axis`` (block order is order along ``axis``): stable counting sorts along those axes,
+       last first, leave them in C order (:func:`~sporadik_dask.read.assembly.c_order`, which
+       checks the result and sorts fully if a block was not in C order).
+    """
+    import sparse
+
+    from sporadik_dask.read.assembly import c_order
+
+    arrays = list(arrays)
+    first = arrays[0] if arrays else None
+    if (
+        not isinstance(first, sparse.COO)
+        or not all(type(a) is sparse.COO and a.coords.dtype == np.int64 for a in arrays)
+        or not isinstance(axis, (int, np.integer))
+        or first.ndim < 2
+        or any(a.ndim != first.ndim for a in arrays)
+        or not -first.ndim <= axis < first.ndim
+        or axis % first.ndim == 0
+        or any(not _same_fill(a.fill_value, first.fill_value) for a in arrays)
+        or any(a.shape[:axis] != first.shape[:axis] for a in arrays)
+        or any(a.shape[axis + 1 :] != first.shape[axis + 1 :] for a in arrays)
+    ):
+        return sparse.concatenate(arrays, axis=axis)
+    axis = int(axis) % first.ndim
+    shape = list(first.shape)
+    shape[axis] = sum(a.shape[axis] for a in arrays)
+    data = np.concatenate([a.data for a in arrays])
+    coords = np.concatenate([a.coords for a in arrays], axis=1)
+    at, offset = 0, 0
+    for a in arrays:
+        if offset:
+            coords[axis, at : at + a.nnz] += offset
+        at, offset = at + a.nnz, offset + a.shape[axis]
+    coords, data = c_order(coords, data, tuple(shape), range(axis, first.ndim))
+    return sparse.COO(
+        coords,
+        data,
+        shape=tuple(shape),
+        has_duplicates=False,
+        sorted=True,
+        fill_value=first.fill_value,
+    )
+
+
+def _same_fill(a: Any, b: Any) -> bool:
+    """Whether two fill values are one (NaN is NaN), as sparse requires of a join."""
+    return bool(a == b or (a != a and b != b))
+
+
+def join_sparse_blocks_in_order() -> None:
+    """Make dask join ``sparse.COO`` blocks with :func:`concatenate_in_order`; idempotent.
+
+    dask registers sparse's functions the first time it meets a sparse type, replacing whatever
+    was registered for ``sparse.COO``; so that registration is made to happen first.
+    """
+    import sparse
+    from dask.array.dispatch import concatenate_lookup
+
+    if concatenate_lookup.dispatch(sparse.COO) is not concatenate_in_order:
+        concatenate_lookup.register(sparse.COO, concatenate_in_order)

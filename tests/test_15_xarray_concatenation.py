@@ -1,0 +1,90 @@
+"""Joining sparse blocks along a later axis gives what ``sparse.concatenate`` gives, C order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+import xarray as xr
+from dask.array.dispatch import concatenate_lookup
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sporadik_dask as sd
+from sporadik_dask.backend.concatenation import concatenate_in_order, join_sparse_blocks_in_order
+from tests.helpers import random_dense
+
+
+def _same(got: sparse.COO, expected: sparse.COO) -> None:
+    assert type(got) is sparse.COO
+    assert got.shape == expected.shape
+    assert got.dtype == expected.dtype
+    assert got.coords.dtype == expected.coords.dtype
+    np.testing.assert_array_equal(got.coords, expected.coords)
+    np.testing.assert_array_equal(got.data, expected.data)
+    np.testing.assert_array_equal(got.fill_value, expected.fill_value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rank=st.integers(2, 4),
+    blocks=st.integers(1, 4),
+    data=st.data(),
+)
+def test_joining_blocks_along_any_axis_is_what_sparse_concatenate_gives(
+    seed: int, rank: int, blocks: int, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    shape = [int(n) for n in rng.integers(1, 6, rank)]
+    arrays = []
+    for _ in range(blocks):
+        shape[axis] = int(rng.integers(0, 5))
+        arrays.append(sparse.COO.from_numpy(random_dense(rng, shape, 0.4)))
+    _same(concatenate_in_order(arrays, axis=axis), sparse.concatenate(arrays, axis=axis))
+
+
+@pytest.mark.parametrize("fill", [0.0, np.nan, 3.0])
+def test_blocks_with_a_fill_value_or_of_mixed_dtypes_join_as_sparse_joins_them(
+    fill: float,
+) -> None:
+    rng = np.random.default_rng(3)
+    left = sparse.COO.from_numpy(np.where(rng.random((4, 3)) < 0.5, 1.0, fill), fill_value=fill)
+    right = sparse.COO.from_numpy(
+        np.where(rng.random((4, 2)) < 0.5, 2, fill).astype(np.float32), fill_value=fill
+    )
+    _same(concatenate_in_order([left, right], 1), sparse.concatenate([left, right], 1))
+
+
+def test_blocks_of_different_fill_values_are_refused_as_sparse_refuses_them() -> None:
+    left = sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0)
+    right = sparse.COO.from_numpy(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="fill"):
+        concatenate_in_order([left, right], 1)
+
+
+def test_opening_a_store_makes_dask_join_sparse_blocks_so_and_computes_in_c_order(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(4), (50, 40), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, axes=(0, 1), chunk=64)
+    counts = xr.open_dataset(path, engine="sporadik", chunks={})["s"]
+    assert concatenate_lookup.dispatch(sparse.COO) is concatenate_in_order
+    join_sparse_blocks_in_order()  # again: nothing changes
+    assert concatenate_lookup.dispatch(sparse.COO) is concatenate_in_order
+    picked = np.array([1, 5, 8, 20, 33, 39])
+    lazy = counts[:, picked].data
+    assert lazy.numblocks[1] > 1
+    with dask.config.set(scheduler="sync"):
+        result = lazy.compute()
+    linear = np.ravel_multi_index(tuple(result.coords), result.shape)
+    assert np.all(np.diff(linear) > 0)
+    np.testing.assert_array_equal(result.todense(), dense[:, picked])
+    blocks = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 15), asarray=False)
+    np.testing.assert_array_equal(blocks.compute().todense(), dense)
