@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
@@ -88,3 +89,21 @@ def test_opening_a_store_makes_dask_join_sparse_blocks_so_and_computes_in_c_orde
     np.testing.assert_array_equal(result.todense(), dense[:, picked])
     blocks = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 15), asarray=False)
     np.testing.assert_array_equal(blocks.compute().todense(), dense)
+
+
+def test_switched_off_every_join_is_sparse_concatenate(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    joined = sparse.concatenate
+
+    def counted(arrays: Any, axis: int = 0) -> Any:
+        calls.append(axis)
+        return joined(arrays, axis=axis)
+
+    monkeypatch.setattr(sparse, "concatenate", counted)
+    left, right = (sparse.COO.from_numpy(np.eye(3) * k) for k in (1, 2))
+    concatenate_in_order([left, right], 1)
+    assert calls == []  # joined here, by counting sorts
+    with dask.config.set({"sporadik.join-in-order": False}):
+        off = concatenate_in_order([left, right], 1)
+    assert calls == [1]
+    np.testing.assert_array_equal(off.todense(), np.hstack([np.eye(3), 2 * np.eye(3)]))

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,16 @@ def test_cluster_workers_write_each_shard_in_one_put_and_a_torn_write_is_refused
     np.testing.assert_array_equal(sd.from_sporadik(store, axis=0).compute().todense(), dense)
 
 
+@pytest.fixture
+def batches_of_16() -> Iterator[None]:
+    """Up to 16 requests in flight. The first read of a store of 6 shards asks 13 shard indexes at
+    once (6 each of data and indices, indptr's one): past zarr's default of 10 in flight, the last
+    3 wait for a slot and, once the first 10 are all answered, start a wave of their own."""
+    with zarr.config.set({"async.concurrency": 16}):
+        yield
+
+
+@pytest.mark.usefixtures("batches_of_16")
 def test_reads_fetch_each_shard_index_once_and_merge_adjacent_chunks_into_one_request(
     loopback: tuple[LoopbackS3, S3Proxy],
 ) -> None:
@@ -283,11 +294,7 @@ def test_reads_fetch_each_shard_index_once_and_merge_adjacent_chunks_into_one_re
     assert len(_gets(split, "data")) > len(data) + 20  # one request per inner chunk
     fresh = sd.StoreReader(store)
     whole_off = dask.config.set({"sporadik.whole-shard": 0})
-    # the first wave asks 13 indexes (6 shards each of data and indices, indptr's one): past
-    # zarr's default of 10 requests in flight, the last 3 would wait for a slot and, on a quiet
-    # machine, start after the first 10 were all answered, a wave of their own
-    in_flight = zarr.config.set({"async.concurrency": 16})
-    with whole_off, in_flight, proxy.slowed(_ROUND_TRIP), proxy.counting() as cold:
+    with whole_off, proxy.slowed(_ROUND_TRIP), proxy.counting() as cold:
         np.testing.assert_array_equal(fresh[:, 7].todense(), dense[:, 7])
     assert cold.total == 16, cold.log
     assert cold.waves == 3, cold.log  # every index, then indptr's chunk, then the runs

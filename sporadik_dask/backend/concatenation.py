@@ -7,7 +7,9 @@ a numba function it does not cache: compiled in every new process, about a secon
 100 sorted genes of 60,000 x 20,000 cells: 0.87 s first against 0.06 s again). The blocks are
 each in C order already, so a stable counting sort along the axes before the joined one puts
 them in C order in O(n), with this package's cached kernels. Opening a store registers it with
-dask for ``sparse.COO``: the result is the one sparse gives, and any other join is sparse's own.
+dask for ``sparse.COO``, in the process, for every dask array of ``sparse.COO`` blocks: the
+result is the one sparse gives (tested against it), and any other join is sparse's own.
+``dask.config`` ``sporadik.join-in-order: False`` hands every join back to ``sparse.concatenate``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
        last first, leave them in C order (:func:`~sporadik_dask.read.assembly.c_order`, which
        checks the result and sorts fully if a block was not in C order).
     """
+    import dask
     import sparse
 
     from sporadik_dask.read.assembly import c_order
@@ -39,7 +42,8 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
     arrays = list(arrays)
     first = arrays[0] if arrays else None
     if (
-        not isinstance(first, sparse.COO)
+        not dask.config.get("sporadik.join-in-order", True)
+        or not isinstance(first, sparse.COO)
         or not all(type(a) is sparse.COO and a.coords.dtype == np.int64 for a in arrays)
         or not isinstance(axis, (int, np.integer))
         or first.ndim < 2
