@@ -81,3 +81,73 @@ def test_the_cache_directory_is_the_users_unless_one_is_named(
     assert numba_cache.cache_dir() == tmp_path / "xdg" / "sporadik-dask" / "numba"
     monkeypatch.setenv("SPORADIK_DASK_CACHE_DIR", str(tmp_path / "named"))
     assert numba_cache.cache_dir() == tmp_path / "named"
+
+
+#: A sum of gcxs blocks of a store in a fresh process; prints what sparse's kernels did.
+_SPARSE_CALL = """
+import json, sys
+import numpy as np
+import sparse
+from numba.core.caching import NullCache
+from numba.core.registry import CPUDispatcher
+import sporadik_dask as sd
+x = sd.from_sporadik(sys.argv[1], axis=1, format="gcxs")
+np.testing.assert_allclose(x.sum(axis=0).compute().todense(), np.load(sys.argv[2]), rtol=1e-5)
+kernels = [
+    value
+    for name, module in list(sys.modules.items())
+    if name.startswith("sparse") and module is not None
+    for value in vars(module).values()
+    if isinstance(value, CPUDispatcher)
+]
+used = [k for k in kernels if k.overloads]
+print(json.dumps({
+    "cached": sum(not isinstance(k._cache, NullCache) for k in kernels),
+    "hits": sum(sum(k.stats.cache_hits.values()) for k in used),
+    "misses": sum(sum(k.stats.cache_misses.values()) for k in used),
+    "used": len(used),
+}))
+"""
+
+
+def _fresh_sparse_call(tmp_path: Path, **env: str) -> dict[str, int]:
+    store, sums = tmp_path / "s.zarr", tmp_path / "sums.npy"
+    if not store.exists():
+        import numpy as np
+
+        import sporadik_dask as sd
+        from tests.helpers import random_dense
+
+        dense = random_dense(np.random.default_rng(0), (300, 200), 0.1)
+        sd.to_sporadik(dense, store)
+        np.save(sums, dense.sum(axis=0))
+    full = {**os.environ, "SPORADIK_DASK_CACHE_DIR": str(tmp_path / "cache"), **env}
+    full.pop("NUMBA_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _SPARSE_CALL, str(store), str(sums)],
+        env=full,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    counted: dict[str, int] = json.loads(done.stdout.splitlines()[-1])
+    return counted
+
+
+def test_sparses_kernels_a_read_meets_are_loaded_from_the_cache_by_a_new_process(
+    tmp_path: Path,
+) -> None:
+    first = _fresh_sparse_call(tmp_path)
+    assert first["cached"] > 10 and first["used"] >= 1 and first["misses"] >= 1
+    assert any((tmp_path / "cache").glob("_compressed_*/*.nbi"))
+    again = _fresh_sparse_call(tmp_path)
+    assert again["misses"] == 0 and again["hits"] >= again["used"] >= 1  # loaded, none compiled
+
+
+def test_switched_off_sparse_compiles_as_it_always_has(tmp_path: Path) -> None:
+    off = {"DASK_SPORADIK__CACHE_SPARSE_KERNELS": "False"}
+    first = _fresh_sparse_call(tmp_path, **off)
+    again = _fresh_sparse_call(tmp_path, **off)
+    assert first["cached"] == again["cached"] == 0
+    assert again["hits"] == 0 and again["used"] >= 1
+    assert not any((tmp_path / "cache").glob("_compressed_*"))
