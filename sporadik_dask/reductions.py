@@ -781,7 +781,9 @@ def reduce_store_dask(
     dense: bool = True,
 ) -> Any:
     """:func:`reduce_store` as a dask array: one task per span of the layout's positions (about
-    equal in values), their fields added in a tree, so every worker reads its own runs."""
+    equal in values), their fields added in a tree, so every worker reads its own runs. Spans of
+    a sparse sum or mean that keeps the layout's axis ungrouped share no output cell: each
+    span's finished cells are laid into the result once (:func:`place_spans`), not merged."""
     from sporadik_dask.graph import store_reduction
     from sporadik_dask.plan import partition_bounds
 
@@ -790,6 +792,20 @@ def reduce_store_dask(
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    meta = _meta(op, target, reader.dtype, dense)
+    disjoint = None if dense else _Disjoint.of(target, layout.indexed_axis, reader.dtype)
+    if disjoint is not None and meta.dtype != np.float16:  # spans share no cell: laid down
+        cells = disjoint.extent * disjoint.trail
+        return store_reduction(
+            reader,
+            bounds,
+            label=f"sporadik-{op}",
+            fields=(span_cells, reader, op, target, skipna, cells, disjoint.lead),
+            merge=None,
+            finish=(place_spans, target.out_shape, cells),
+            shape=target.out_shape,
+            meta=meta,
+        )
     return store_reduction(
         reader,
         bounds,
@@ -798,8 +814,52 @@ def reduce_store_dask(
         merge=(merge_spans, op, target, layout.indexed_axis, reader.dtype),
         finish=(finish_fields, op, target, reader.dtype, skipna, ddof),
         shape=target.out_shape,
-        meta=_meta(op, target, reader.dtype, dense),
+        meta=meta,
     )
+
+
+class SpanCells(NamedTuple):
+    """The finished cells of one span of runs of a sparse sum or mean that keeps the runs' axis
+    ungrouped (:class:`_Disjoint`): no other span reaches them."""
+
+    #: How many cells each lead cell holds; the cells come lead by lead.
+    leads: npt.NDArray[np.int64]
+    #: Each cell among its lead's (int32 when they fit: a third less to hold than raveled ids),
+    #: in C order within each lead.
+    offsets: npt.NDArray[Any]
+    #: The result's value at each, in its dtype.
+    data: npt.NDArray[Any]
+
+
+def span_cells(
+    reader: Any, op: Op, target: Target, skipna: bool, cells: int, leads: int, span: tuple[int, int]
+) -> SpanCells:
+    """:class:`SpanCells` of the runs of positions ``span`` of a sparse sum or mean's layout,
+    whose output has ``leads`` lead cells of ``cells`` cells each."""
+    fields: SparseFields = store_fields(reader, op, target, skipna, False, span)  # type: ignore[assignment]
+    data = _sparse_values(op, fields, target, reader.dtype, skipna=skipna)
+    counts = np.bincount(fields.ids // cells, minlength=leads)
+    offsets = (fields.ids % cells).astype(np.int32 if cells <= 2**31 else np.int64)
+    return SpanCells(counts, offsets, data)
+
+
+def place_spans(shape: tuple[int, ...], cells: int, *spans: SpanCells) -> Any:
+    """Every span's cells, in span order, laid into the result's regions
+    (:class:`~sporadik_dask.kernels.Regions`) of ``cells`` cells per lead, sized by the spans'
+    own counts, as one ``sparse.COO`` of ``shape``: spans cover consecutive positions, so each
+    lead's cells arrive in C order and no sort is needed. Memory: the spans' cells and the
+    result, once each, and one span's raveled ids."""
+    import sparse
+
+    counts = np.zeros_like(spans[0].leads)
+    for span in spans:
+        counts += span.leads
+    regions = Regions(shape, cells, counts, spans[0].data.dtype)
+    leads = np.arange(counts.size, dtype=np.int64) * cells
+    for span in spans:
+        regions.place(np.repeat(leads, span.leads) + span.offsets, span.data)
+    placed, data = regions.result()
+    return sparse.COO(placed, data, shape=shape, has_duplicates=False, sorted=True)
 
 
 def reduce_coo(
