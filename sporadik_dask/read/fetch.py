@@ -79,16 +79,22 @@ def fetch_runs(
     arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
     brackets: Brackets,
     location: str,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    *,
+    as_stored: bool = False,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Wave two: the indices and values of every run, concatenated in the order asked.
 
     ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
     (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
-    both arrays in one batch.
+    both arrays in one batch. Indices come as int64, checked against the layout's extent, or
+    ``as_stored``: in their stored dtype and unchecked (a widened copy and a pass over them
+    fewer), for a caller that checks each index itself.
     """
     if int((brackets[1] - brackets[0]).sum()) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
     taken = _take_runs(layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets)
+    if as_stored:
+        return taken[0], taken[1]
     indices = taken[0].astype(np.int64, copy=False)
     check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
     return indices, taken[1]

@@ -323,14 +323,17 @@ class StoreReader:
         )
 
     def runs(
-        self, layout: LayoutDescription, lo: Positions, hi: Positions
-    ) -> tuple[Positions, npt.NDArray[Any]]:
+        self, layout: LayoutDescription, lo: Positions, hi: Positions, *, as_stored: bool = False
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """Wave two: the indices and values of every run, concatenated in the order asked.
 
-        Every zarr chunk the runs touch is fetched once, both arrays in one batch.
+        Every zarr chunk the runs touch is fetched once, both arrays in one batch. Indices are
+        int64 and checked against the layout's extent, or ``as_stored`` (their stored dtype,
+        unchecked) for a caller that checks each index as it uses it.
         """
         arrays = self._arrays(layout)
-        return fetch_runs(layout, (arrays["indices"], arrays["data"]), (lo, hi), self.location)
+        fetch = (arrays["indices"], arrays["data"])
+        return fetch_runs(layout, fetch, (lo, hi), self.location, as_stored=as_stored)
 
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
