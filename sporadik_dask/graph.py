@@ -304,7 +304,7 @@ def store_reduction(
     *,
     label: str,
     fields: Call,
-    merge: Call,
+    merge: Call | None,
     finish: Call,
     shape: tuple[int, ...],
     meta: Any,
@@ -355,15 +355,20 @@ def _block_leaves(fields: Call, blocks: str, chunks: Sequence[Sequence[int]]) ->
     ]
 
 
-def _tree_reduction(name: str, leaves: Sequence[Call], merge: Call, finish: Call) -> Layer:
+def _tree_reduction(name: str, leaves: Sequence[Call], merge: Call | None, finish: Call) -> Layer:
     """Pure: a reduction whose result is the key ``name``.
 
     1. Leaf ``i`` is the task ``leaves[i]``, at key ``(name, 0, i)``.
     2. Their results are merged :data:`REDUCE_FAN_IN` at a time, ``(*merge, *parts)``, level by
        level (:func:`fan_in`), so no task holds more than a few sets of fields.
-    3. ``(*finish, root)`` makes the result from the merged fields.
+    3. ``(*finish, root)`` makes the result from the merged fields. With no ``merge``,
+       ``(*finish, *leaves)`` makes it from every leaf's at once (leaves that share no output
+       cell, each laid into the result once, which a merge would copy at every level).
     """
     layer: Layer = {(name, 0, i): leaf for i, leaf in enumerate(leaves)}
+    if merge is None:
+        layer[name] = (*finish, *list(layer))
+        return layer
     root = fan_in(layer, name, list(layer), *merge, width=REDUCE_FAN_IN)
     layer[name] = (*finish, root)
     return layer

@@ -272,6 +272,8 @@ def _add_runs(
     bases: Any,
     lengths: Any,
     indices: Any,
+    extent: int,
+    lookup: Any,
     stride: int,
     values: Any,
     skipna: bool,
@@ -286,9 +288,17 @@ def _add_runs(
             i += lengths[run]
             continue
         for _ in range(lengths[run]):
-            cell = base + (indices[i] * stride if indices.size else 0)
+            index = indices[i] if indices.size else 0
+            if index < 0 or index >= extent:
+                return i  # a stored index past its axis: stop before writing elsewhere
+            if lookup.size:
+                index = lookup[index]
+                if index < 0:  # a value in no group
+                    i += 1
+                    continue
+            cell = base + index * stride
             if cell < 0 or cell >= nans.size:
-                return i  # a stored index past its axis: stop before writing outside
+                return i
             value = values[i]
             i += 1
             if value != value:  # NaN
@@ -310,6 +320,8 @@ def add_runs(
     stride: int,
     values: npt.NDArray[Any],
     *,
+    extent: int,
+    lookup: npt.NDArray[Any],
     skipna: bool,
     total: npt.NDArray[Any],
     squares: npt.NDArray[Any],
@@ -318,14 +330,19 @@ def add_runs(
     """Adds runs of values into dense fields in place, in one pass: value ``i`` of run ``r``
     lands in cell ``bases[r] + indices[i] * stride`` (``bases[r]`` -1: nowhere), its total into
     ``total``, its square into ``squares`` (either may be empty: not wanted), a NaN counted in
-    ``nans`` (and left out of the sums under ``skipna``).
+    ``nans`` (and left out of the sums under ``skipna``). A non-empty ``lookup`` maps each index
+    first (a position to its group, -1: nowhere), so the index is the grouped axis's position.
 
     Values add in the order they come, in the accumulators' dtype, so the sums equal a
-    ``bincount`` of the same values. False when numba cannot hold a dtype (nothing added then).
-    Raises :class:`LayoutError` for a stored index past its axis (a damaged store).
+    ``bincount`` of the same values. ``indices`` may be of any signed integer dtype, as stored:
+    each is checked against ``extent`` as it is used. False when numba cannot hold a dtype
+    (nothing added then). Raises :class:`LayoutError` for a stored index past its axis (a
+    damaged store).
     """
     try:
-        bad = _add_runs(bases, lengths, indices, stride, values, skipna, total, squares, nans)
+        bad = _add_runs(
+            bases, lengths, indices, extent, lookup, stride, values, skipna, total, squares, nans
+        )
     except (numba.core.errors.TypingError, NotImplementedError):
         return False
     if bad >= 0:

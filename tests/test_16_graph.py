@@ -248,3 +248,11 @@ def test_a_reduction_of_blocks_reads_each_block_once_at_its_offset_and_merges_in
     assert all(layer[key][:2] == ("merge", "op") for key in merges)
     assert all(len(layer[key]) - 2 <= graph.REDUCE_FAN_IN for key in merges)
     assert layer["g"] == ("finish", "op", ("g", 2, 0))
+
+
+def test_a_reduction_with_no_merge_hands_every_leaf_to_one_finishing_task() -> None:
+    leaves = [("fields", "op", (i, i + 1)) for i in range(20)]
+    layer = graph._tree_reduction("g", leaves, None, ("place", "shape"))
+    assert [layer[("g", 0, i)] for i in range(20)] == leaves
+    assert layer["g"] == ("place", "shape", *[("g", 0, i) for i in range(20)])
+    assert len(layer) == 21  # the leaves and the one task laying them down

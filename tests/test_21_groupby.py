@@ -183,3 +183,42 @@ def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
             np.testing.assert_allclose(
                 result.values.astype(np.float64), out, rtol=1e-5, equal_nan=True
             )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_grouped_stores())
+def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix_product(
+    case: tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any],
+) -> None:
+    """Past the dense budget, whole-store group sums and means come back as ``sparse.COO``:
+    laid into the result batch by batch when lazy, span by span under ``chunks=``."""
+    import dask
+
+    dense, axis, labels, (chunks, _) = case
+    dims = tuple(f"d{k}" for k in range(dense.ndim))
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "s.zarr"
+        sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims), path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # chunks separating stored ones
+            counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
+        counts = counts.assign_coords(kind=(dims[axis], labels))
+        groups, indicator = _indicator(labels)
+        moved = np.moveaxis(dense.astype(np.float64), axis, 0).reshape(dense.shape[axis], -1)
+        present = ~np.isnan(moved)
+        sums = indicator @ np.where(present, moved, 0)
+        with np.errstate(invalid="ignore", divide="ignore"):  # NaN where every cell is NaN
+            means = sums / (indicator @ present.astype(np.float64))
+        with dask.config.set({"sporadik.dense-result-cells": 0}):
+            for op, flat in (("sum", sums), ("mean", means)):
+                result = getattr(counts.groupby("kind"), op)()
+                data = result.data if chunks is None else result.data.compute()
+                assert isinstance(data, sparse.COO)
+                numpy_dtype = getattr(np.ones(1, dense.dtype), op)().dtype
+                assert data.dtype == result.dtype == numpy_dtype
+                np.testing.assert_array_equal(result["kind"].values, groups)
+                shape = (len(groups), *np.delete(dense.shape, axis))
+                out = np.moveaxis(flat.reshape(shape), 0, axis)
+                np.testing.assert_allclose(
+                    data.todense().astype(np.float64), out, rtol=1e-5, equal_nan=True
+                )

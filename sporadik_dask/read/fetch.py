@@ -78,20 +78,24 @@ def fetch_runs(
     arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
     brackets: Brackets,
     location: str,
+    *,
+    check: bool = True,
 ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
     """Wave two: the indices (in their stored integer dtype) and values of every run,
     concatenated in the order asked.
 
     ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
     (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
-    both arrays in one batch.
+    both arrays in one batch. Indices are checked against the layout's extent unless ``check``
+    is False, for a caller that checks each index as it uses it (a pass over them fewer).
     """
     if int((brackets[1] - brackets[0]).sum()) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
     indices, data = _take_runs(
         layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets
     )
-    check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
+    if check:
+        check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
     return indices, data
 
 

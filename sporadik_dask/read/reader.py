@@ -323,23 +323,27 @@ class StoreReader:
         )
 
     def runs(
-        self, layout: LayoutDescription, lo: Positions, hi: Positions
-    ) -> tuple[Positions, npt.NDArray[Any]]:
-        """Wave two: the indices (int64) and values of every run, concatenated in the order
-        asked.
+        self, layout: LayoutDescription, lo: Positions, hi: Positions, *, as_stored: bool = False
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """Wave two: the indices and values of every run, concatenated in the order asked.
 
-        Every zarr chunk the runs touch is fetched once, both arrays in one batch.
+        Every zarr chunk the runs touch is fetched once, both arrays in one batch. Indices are
+        int64 and checked against the layout's extent, or ``as_stored`` (their stored dtype,
+        unchecked) for a caller that checks each index as it uses it.
         """
+        if as_stored:
+            return self._stored_runs(layout, lo, hi, check=False)
         indices, data = self._stored_runs(layout, lo, hi)
         return indices.astype(np.int64, copy=False), data
 
     def _stored_runs(
-        self, layout: LayoutDescription, lo: Positions, hi: Positions
+        self, layout: LayoutDescription, lo: Positions, hi: Positions, *, check: bool = True
     ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
         """:meth:`runs` with the indices as stored (int32, say): what assembly reads, without a
         widened copy of them beside the result."""
         arrays = self._arrays(layout)
-        return fetch_runs(layout, (arrays["indices"], arrays["data"]), (lo, hi), self.location)
+        fetch = (arrays["indices"], arrays["data"])
+        return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
 
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
