@@ -258,6 +258,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _ProxyServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: Connections the kernel queues before they are accepted. socketserver's default of 5 let a
+    #: batch of ten new connections overflow it: the kernel dropped a SYN, and the client sent it
+    #: again a second later, which the counts then showed as a wave of its own.
+    request_queue_size = 128
 
     def __init__(self, upstream_port: int) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
