@@ -54,7 +54,8 @@ def cache_dir() -> Path:
 
 
 class PackageCacheLocator(UserWideCacheLocator):
-    """numba's user-wide locator, for this package's source files only, in :func:`cache_dir`."""
+    """numba's user-wide locator, in :func:`cache_dir`, for the source files of this package
+    (and of ``sparse``, once :func:`cache_sparse_kernels` has run) only."""
 
     def __init__(self, py_func: Any, py_file: str) -> None:
         super().__init__(py_func, py_file)  # type: ignore[no-untyped-call]
