@@ -651,6 +651,20 @@ def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> _Affin
     return _Affine(stride.get(layout.indexed_axis, 0), step)
 
 
+def _index_coords(ndim: int, layout: Any, indices: npt.NDArray[Any] | None) -> list[Any]:
+    """Coordinates of a batch of runs' values along each axis their ``indices`` ravel (None on
+    the others, and everywhere when no index was read); an index over one axis is that axis's
+    position itself, taken as it is."""
+    coords: list[Any] = [None] * ndim
+    if indices is None:
+        return coords
+    one = len(layout.index_shape) == 1
+    columns = (indices,) if one else np.unravel_index(indices, layout.index_shape)
+    for other, column in zip(layout.index_order, columns, strict=True):
+        coords[other] = column
+    return coords
+
+
 def store_fields(
     reader: Any,
     op: Op,
@@ -713,16 +727,11 @@ def store_fields(
             add(bases, lengths, none if indices is None else indices, index_stride, values)
         return fields
     for a, b, (indices, values) in _ahead(fetch, batches):
-        coords: list[Any] = [None] * len(reader.shape)
+        coords = _index_coords(len(reader.shape), layout, indices)
         positions = np.arange(first + a, first + b, dtype=np.int64)
         if grouped_here:  # each run's group, once per run
             positions = target.grouping.codes[positions]  # type: ignore[union-attr]
         coords[axis] = np.repeat(positions, hi[a:b] - lo[a:b])
-        if indices is not None:
-            for other, column in zip(
-                layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
-            ):
-                coords[other] = column
         if disjoint is not None:
             lengths = hi[a:b] - lo[a:b]
             parts.append(disjoint.fields(first + a, lengths, coords, values, skipna=skipna))
@@ -798,11 +807,7 @@ def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     regions = Regions(target.out_shape, disjoint.extent * disjoint.trail, bound, out_dtype)
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     for a, b, (indices, values) in _ahead(_Fetch(reader, layout, lo, hi), _bounds(lo, hi)):
-        coords: list[Any] = [None] * len(reader.shape)
-        one = len(layout.index_shape) == 1  # the index is the other axis's position itself
-        columns = (indices,) if one else np.unravel_index(indices, layout.index_shape)
-        for other, column in zip(layout.index_order, columns, strict=True):
-            coords[other] = column
+        coords = _index_coords(len(reader.shape), layout, indices)
         fields = disjoint.fields(a, hi[a:b] - lo[a:b], coords, values, skipna=skipna)
         data = _sparse_values(op, fields, target, reader.dtype, skipna=skipna)
         regions.place(*sort_by_lead(fields.ids, data, regions.span, disjoint.lead))

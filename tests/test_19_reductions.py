@@ -150,6 +150,19 @@ def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_den
         np.testing.assert_allclose(got.todense(), expected, rtol=2e-5, equal_nan=True)
 
 
+def _store_reduces_as_coordinates(
+    reader: Any, coo: Any, op: Any, target: Any, skipna: bool
+) -> None:
+    """A pass over the store gives what the coordinates' own reduction gives: values, dtype and
+    shape."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = reductions.reduce_coo(coo, op, target, skipna=skipna)
+        got = reductions.reduce_store(reader, op, target, skipna=skipna)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
 @pytest.mark.parametrize("orders", [{0: (1, 2), 1: (0, 2), 2: (0, 1)}, {0: (2, 1), 2: (1, 0)}])
 def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coordinates(
@@ -174,12 +187,7 @@ def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coor
             if (grouping is None and not axes) or (grouping and grouping.axis in axes):
                 continue
             target = reductions.Target(dense.shape, axes, grouping)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                expected = reductions.reduce_coo(coo, op, target, skipna=skipna)
-                got = reductions.reduce_store(reader, op, target, skipna=skipna)
-            assert got.dtype == expected.dtype and got.shape == expected.shape
-            np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
+            _store_reduces_as_coordinates(reader, coo, op, target, skipna)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
@@ -203,12 +211,7 @@ def test_a_dense_group_pass_over_the_layout_indexed_by_the_grouped_axis_equals_t
     for op, skipna in itertools.product(reductions.OPS, [True, False]):
         if not reductions.supported(op, np.dtype(dtype)):
             continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            expected = reductions.reduce_coo(coo, op, target, skipna=skipna)
-            got = reductions.reduce_store(reader, op, target, skipna=skipna)
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
+        _store_reduces_as_coordinates(reader, coo, op, target, skipna)
     import zarr
 
     from sporadik_dask.errors import LayoutError

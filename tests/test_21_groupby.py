@@ -45,6 +45,16 @@ def _indicator(labels: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], sp.csr_matri
     return groups, rows
 
 
+def _indicator_sums(
+    dense: npt.NDArray[Any], axis: int, indicator: sp.csr_matrix
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Per group and per cell of the other axes, raveled: the sum of the values NaN aside, and
+    how many values are not NaN, by the indicator-matrix product."""
+    moved = np.moveaxis(dense.astype(np.float64), axis, 0).reshape(dense.shape[axis], -1)
+    present = ~np.isnan(moved)
+    return indicator @ np.where(present, moved, 0), indicator @ present.astype(np.float64)
+
+
 @pytest.mark.parametrize("flox", [False, True], ids=["xarray", "flox"])
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 7}], ids=["lazy", "chunks={}", "chunks=7"])
 @pytest.mark.parametrize("grouping", GROUPINGS)
@@ -163,10 +173,7 @@ def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
                 (np.ones(len(labels)), (codes, np.arange(len(labels)))), shape=(3, len(labels))
             )
         by = {"kind": UniqueGrouper(labels=groups)} if empty else {"kind": UniqueGrouper()}
-        moved = np.moveaxis(dense.astype(np.float64), axis, 0).reshape(dense.shape[axis], -1)
-        present = ~np.isnan(moved)
-        sums = indicator @ np.where(present, moved, 0)
-        stored = indicator @ present.astype(np.float64)
+        sums, stored = _indicator_sums(dense, axis, indicator)
         with np.errstate(invalid="ignore", divide="ignore"):
             means = sums / stored
         missing = np.asarray(indicator.sum(axis=1)).ravel() == 0  # NaN, as xarray's flox path
@@ -204,11 +211,9 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
             counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
         counts = counts.assign_coords(kind=(dims[axis], labels))
         groups, indicator = _indicator(labels)
-        moved = np.moveaxis(dense.astype(np.float64), axis, 0).reshape(dense.shape[axis], -1)
-        present = ~np.isnan(moved)
-        sums = indicator @ np.where(present, moved, 0)
+        sums, stored = _indicator_sums(dense, axis, indicator)
         with np.errstate(invalid="ignore", divide="ignore"):  # NaN where every cell is NaN
-            means = sums / (indicator @ present.astype(np.float64))
+            means = sums / stored
         with dask.config.set({"sporadik.dense-result-cells": 0}):
             for op, flat in (("sum", sums), ("mean", means)):
                 result = getattr(counts.groupby("kind"), op)()
