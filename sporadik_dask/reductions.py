@@ -17,6 +17,7 @@ here is a few ``bincount`` passes over values and coordinates:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -27,7 +28,15 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
-from sporadik_dask.kernels import Regions, add_runs, sort_by_lead, sum_runs
+from sporadik_dask.kernels import (
+    Regions,
+    add_runs,
+    group_runs,
+    sort_by_code,
+    sort_by_lead,
+    sum_runs,
+)
+from sporadik_dask.spec import check_indices
 
 __all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
 
@@ -342,15 +351,24 @@ def _sparse_values(
     value those cells receive."""
     values = fields.total
     if op == "mean":
-        cells: Any = math.prod(target.shape[a] for a in target.axes)
+        groups = None
         if target.grouping is not None:
             grouped = np.unravel_index(fields.ids, target.out_shape)
-            members = target.grouping.members()
-            cells = cells * members[grouped[target.kept.index(target.grouping.axis)]]
+            groups = grouped[target.kept.index(target.grouping.axis)]
+        cells = _cells_of(target, groups)
         valid = cells - (_at(fields.nan_ids, fields.nans, fields.ids) if skipna else 0)
         with np.errstate(divide="ignore", invalid="ignore"):
             values = values / valid
     return np.asarray(values).astype(result_dtype(op, dtype), copy=False)
+
+
+def _cells_of(target: Target, groups: npt.NDArray[Any] | None) -> Any:
+    """The cells a mean divides by: the reduced axes' cells, times the members of each of
+    ``groups`` (the group of each output cell) when an axis is grouped."""
+    cells: Any = math.prod(target.shape[a] for a in target.axes)
+    if groups is not None and target.grouping is not None:
+        cells = cells * target.grouping.members()[groups]
+    return cells
 
 
 def _at(
@@ -443,7 +461,7 @@ class _Disjoint:
         self.lead, self.extent, self.trail = math.prod(out[:at]), out[at], math.prod(out[at + 1 :])
         self._cells = self.lead * self.trail
         self._buffers: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]] | None = None
-        self._dtype = _accumulator(dtype)
+        self._dtype, self._stored = _accumulator(dtype), dtype
         grouping = target.grouping
         others = [a for a in target.kept if a != axis]
         #: Group codes (int32, a quarter of the cache int64 takes) when the only other kept axis
@@ -452,6 +470,11 @@ class _Disjoint:
         self._grouped = grouping.axis if grouping is not None else -1
         if grouping is not None and others == [grouping.axis] and grouping.size < 2**31:
             self._codes = grouping.codes.astype(np.int32)
+
+    @property
+    def by_code(self) -> bool:
+        """Whether :meth:`lead_cells` serves: the lead is the grouped axis alone."""
+        return self._codes is not None and self.trail == 1 and self._cells <= SPARSE_BATCH_CELLS
 
     @classmethod
     def of(cls, target: Target, axis: int, dtype: np.dtype[Any]) -> _Disjoint | None:
@@ -532,6 +555,39 @@ class _Disjoint:
             )
             return SparseFields(found.ids, found.total, nan_ids, nans)
         return SparseFields(summed[0], summed[1], nan_ids, nans)
+
+    def lead_cells(
+        self,
+        op: Op,
+        first: int,
+        lengths: npt.NDArray[np.int64],
+        coords: Sequence[Any],
+        values: npt.NDArray[Any],
+        *,
+        skipna: bool,
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]] | None:
+        """The finished cells of the runs of positions ``first, first + 1, ...`` when the lead
+        is the grouped axis alone (rank 2 out, groups first): each cell's group, position and
+        value in the result's dtype, run by run. None otherwise, or for a mean that skips NaNs
+        of a batch holding some (:meth:`fields` then)."""
+        if not self.by_code or self._codes is None:
+            return None
+        if op == "mean" and skipna and values.dtype.kind in "fc" and np.isnan(values).any():
+            return None
+        if self._buffers is None:
+            self._buffers = np.zeros(self._cells, self._dtype), np.zeros(self._cells, bool)
+        where = np.asarray(coords[self._grouped])
+        out = result_dtype(op, self._stored)
+        found = group_runs(
+            lengths, where, self._codes, values, self._buffers, first=first, skipna=skipna,
+            dtype=self._dtype if op == "mean" else out,
+        )  # fmt: skip
+        if found is None:
+            return None
+        groups, positions, data = found
+        if op == "mean":
+            data = (data / _cells_of(self.target, groups)).astype(out, copy=False)
+        return groups, positions, data
 
     def _ids(
         self, first: int, keys: npt.NDArray[np.int64], runs: npt.NDArray[np.int64]
@@ -805,14 +861,70 @@ def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     if bound is None:
         return None
     regions = Regions(target.out_shape, disjoint.extent * disjoint.trail, bound, out_dtype)
-    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
-    for a, b, (indices, values) in _ahead(_Fetch(reader, layout, lo, hi), _bounds(lo, hi)):
-        coords = _index_coords(len(reader.shape), layout, indices)
-        fields = disjoint.fields(a, hi[a:b] - lo[a:b], coords, values, skipna=skipna)
-        data = _sparse_values(op, fields, target, reader.dtype, skipna=skipna)
-        regions.place(*sort_by_lead(fields.ids, data, regions.span, disjoint.lead))
+    with _Behind() as behind:  # each batch is laid down while the next is added up
+        behind.then(regions.prefault)
+        for cells in _finished_cells(reader, op, skipna, layout, disjoint):
+            behind.then(functools.partial(regions.place_cells, *cells))
     placed, data = regions.result()
     return sparse.COO(placed, data, shape=target.out_shape, has_duplicates=False, sorted=True)
+
+
+def _finished_cells(
+    reader: Any,
+    op: Op,
+    skipna: bool,
+    layout: Any,
+    disjoint: _Disjoint,
+    span: tuple[int, int] | None = None,
+) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]]:
+    """The finished cells of each batch of runs of positions ``span`` (default all) of
+    ``layout``, as :meth:`Regions.place_cells` takes them: each cell's lead, its offset among
+    the lead's cells and its value, each lead's cells in C order."""
+    first, last = span or (0, layout.positions)
+    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+    # the grouping kernel checks each index as it looks it up: signed indices need no widening
+    stored = disjoint.by_code and layout.index_dtypes["indices"].kind == "i"
+    fetch = _Fetch(reader, layout, lo, hi, as_stored=stored)
+    cells = disjoint.extent * disjoint.trail
+    for a, b, (indices, values) in _ahead(fetch, _bounds(lo, hi)):
+        lengths = hi[a:b] - lo[a:b]
+        coords = _index_coords(len(reader.shape), layout, indices)
+        found = disjoint.lead_cells(op, first + a, lengths, coords, values, skipna=skipna)
+        if found is not None:
+            yield found
+            continue
+        if indices is not None and indices.dtype != np.int64:  # read as stored, for the kernel
+            check_indices(indices, layout.extent, f"Layout {layout.path!r} in {reader.location}")
+            coords = _index_coords(len(reader.shape), layout, indices.astype(np.int64))
+        fields = disjoint.fields(first + a, lengths, coords, values, skipna=skipna)
+        data = _sparse_values(op, fields, disjoint.target, reader.dtype, skipna=skipna)
+        yield fields.ids // cells, fields.ids % cells, data
+
+
+class _Behind:
+    """Calls run in order on a thread of their own, one behind the caller: the compiled
+    kernels release the GIL, so laying one batch down overlaps adding up the next (two batches'
+    cells in memory at most). An error of a call is raised at the next :meth:`then` or on
+    leaving."""
+
+    def __enter__(self) -> _Behind:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1)
+        self._pending: Any = None
+        return self
+
+    def then(self, call: Callable[[], None]) -> None:
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(call)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._pending is not None and exc[0] is None:
+                self._pending.result()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def reduce_store_dask(
@@ -881,11 +993,15 @@ def span_cells(
 ) -> SpanCells:
     """:class:`SpanCells` of the runs of positions ``span`` of a sparse sum or mean's layout,
     whose output has ``leads`` lead cells of ``cells`` cells each."""
-    fields: SparseFields = store_fields(reader, op, target, skipna, False, span)  # type: ignore[assignment]
-    data = _sparse_values(op, fields, target, reader.dtype, skipna=skipna)
-    counts = np.bincount(fields.ids // cells, minlength=leads)
-    offsets = (fields.ids % cells).astype(np.min_scalar_type(max(cells - 1, 0)))
-    return SpanCells(counts, offsets, data)
+    layout = _layout_for(reader, target, dense=False)
+    disjoint = _Disjoint.of(target, layout.indexed_axis, reader.dtype)
+    assert disjoint is not None, "spans of cells are planned for disjoint runs only"
+    found = list(_finished_cells(reader, op, skipna, layout, disjoint, span))
+    codes, offsets, data = (np.concatenate([part[k] for part in found]) for k in range(3))
+    found.clear()
+    counts = np.bincount(codes, minlength=leads)
+    offsets, data = sort_by_code(codes, offsets, data, leads)
+    return SpanCells(counts, offsets.astype(np.min_scalar_type(max(cells - 1, 0))), data)
 
 
 def place_spans(shape: tuple[int, ...], cells: int, *spans: SpanCells) -> Any:
@@ -900,9 +1016,8 @@ def place_spans(shape: tuple[int, ...], cells: int, *spans: SpanCells) -> Any:
     for span in spans:
         counts += span.leads
     regions = Regions(shape, cells, counts, spans[0].data.dtype)
-    leads = np.arange(counts.size, dtype=np.int64) * cells
     for span in spans:
-        regions.place(np.repeat(leads, span.leads) + span.offsets.astype(np.int64), span.data)
+        regions.place_leads(span.leads, span.offsets, span.data)
     placed, data = regions.result()
     return sparse.COO(placed, data, shape=shape, has_duplicates=False, sorted=True)
 

@@ -332,6 +332,48 @@ def test_a_region_given_more_cells_than_its_bound_is_refused() -> None:
         regions.place(np.array([1]), np.ones(1))
 
 
+def test_cells_placed_by_lead_code_come_out_as_numpy_sorts_them_and_a_full_lead_refuses() -> None:
+    """Rank 2, one lead per row: cells given as (lead, offset), each lead's in order, in any
+    interleaving of leads."""
+    rng = np.random.default_rng(3)
+    shape = (5, 9)
+    cells = np.sort(rng.choice(45, size=30, replace=False))
+    leads, offsets = np.divmod(cells, 9)
+    data = np.arange(cells.size, dtype=np.float64)
+    bound = np.bincount(leads, minlength=5) + 1
+    regions = kernels.Regions(shape, 9, bound, np.float64)
+    order = np.lexsort((np.arange(cells.size), offsets))  # by offset: leads interleaved
+    regions.place_cells(leads[order].astype(np.int32), offsets[order].astype(np.int32), data[order])
+    coords, values = regions.result()
+    assert coords.dtype == np.int32  # every axis fits
+    np.testing.assert_array_equal(coords, np.stack([leads, offsets]))
+    np.testing.assert_array_equal(values, data)
+    full = kernels.Regions(shape, 9, np.array([1, 0, 0, 0, 0]), np.float64)
+    with pytest.raises(sd.LayoutError, match="bound of 0"):
+        full.place_cells(np.array([0, 1], np.int32), np.array([0, 0], np.int32), np.ones(2))
+
+
+def test_grouping_runs_refuses_an_index_past_its_axis_and_leaves_its_buffers_clean() -> None:
+    codes = np.array([0, 1, -1], np.int32)
+    buffers = np.zeros(2), np.zeros(2, bool)
+    found = kernels.group_runs(
+        np.array([2, 1]), np.array([0, 2, 1], np.int32), codes, np.array([1.0, 2.0, 3.0]),
+        buffers, first=4, skipna=True, dtype=np.float32,
+    )  # fmt: skip
+    assert found is not None
+    groups, positions, sums = found  # position 4: group 0 (index 2 is in none); 5: group 1
+    np.testing.assert_array_equal(groups, [0, 1])
+    np.testing.assert_array_equal(positions, [4, 5])
+    np.testing.assert_array_equal(sums, np.array([1.0, 3.0], np.float32))
+    assert sums.dtype == np.float32
+    with pytest.raises(sd.LayoutError, match="stored index 3 lies past its axis of 3"):
+        kernels.group_runs(
+            np.array([2]), np.array([0, 3], np.int32), codes, np.ones(2), buffers,
+            first=0, skipna=True, dtype=np.float64,
+        )  # fmt: skip
+    assert not buffers[0].any() and not buffers[1].any()
+
+
 def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
     tmp_path: Path,
 ) -> None:

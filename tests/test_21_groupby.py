@@ -193,13 +193,26 @@ def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=_grouped_stores())
+@given(case=_grouped_stores(), batch=st.sampled_from([3, 2**21]))
+@example(  # groups lead the result (the gene layout's kernel), a NaN in one batch of several
+    case=(
+        np.array([[1, np.nan, 0, 2], [2, 3, 0, 0], [0, 4, 5, 1]], np.float32),
+        0,
+        np.array(["b", "a", "b"]),
+        (None, False),
+    ),
+    batch=3,
+)
 def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix_product(
-    case: tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any],
+    case: tuple[npt.NDArray[Any], int, npt.NDArray[np.str_], Any], batch: int
 ) -> None:
     """Past the dense budget, whole-store group sums and means come back as ``sparse.COO``:
-    laid into the result batch by batch when lazy, span by span under ``chunks=``."""
+    laid into the result batch by batch when lazy, span by span under ``chunks=``. Batches
+    of 3 values put a NaN in some batches and not others (a mean skipping NaNs takes another
+    route for those), and a group's cells in several batches."""
     import dask
+
+    from sporadik_dask import reductions
 
     dense, axis, labels, (chunks, _) = case
     dims = tuple(f"d{k}" for k in range(dense.ndim))
@@ -214,9 +227,15 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
         sums, stored = _indicator_sums(dense, axis, indicator)
         with np.errstate(invalid="ignore", divide="ignore"):  # NaN where every cell is NaN
             means = sums / stored
-        with dask.config.set({"sporadik.dense-result-cells": 0}):
-            for op, flat in (("sum", sums), ("mean", means)):
-                result = getattr(counts.groupby("kind"), op)()
+        raw = _indicator_sums(np.where(np.isnan(dense), 1, dense), axis, indicator)[0]
+        nans = np.isnan(np.moveaxis(dense, axis, 0).reshape(len(labels), -1))
+        raw[(indicator @ nans) > 0] = np.nan  # skipna=False: a NaN among a cell's values
+        budgets = {"sporadik.dense-result-cells": 0}
+        with dask.config.set(budgets), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(reductions, "BATCH_VALUES", batch)
+            for op, skipna, flat in (("sum", None, sums), ("mean", None, means),
+                                     ("sum", False, raw)):  # fmt: skip
+                result = getattr(counts.groupby("kind"), op)(skipna=skipna)
                 data = result.data if chunks is None else result.data.compute()
                 assert isinstance(data, sparse.COO)
                 numpy_dtype = getattr(np.ones(1, dense.dtype), op)().dtype
