@@ -845,10 +845,11 @@ def _lead_bound(
 
 def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     """A sparse sum or mean over a whole store whose layout's indexed axis is kept ungrouped, as
-    a ``sparse.COO``: each batch's cells are finished (no other batch reaches them), sorted by
-    lead and laid straight into the result's regions (:class:`~sporadik_dask.kernels.Regions`),
-    so memory is the result's bound plus one batch, however many batches. None when no bound
-    is known or numba lacks the result's dtype (float16): the caller merges batches instead."""
+    a ``sparse.COO``: each batch's cells are finished (no other batch reaches them) and laid
+    straight into the result's regions (:class:`~sporadik_dask.kernels.Regions`) on a second
+    thread while the next batch is added up, so memory is the result's bound plus two batches,
+    however many batches. None when no bound is known or numba lacks the result's dtype
+    (float16): the caller merges batches instead."""
     import sparse
 
     layout = _layout_for(reader, target, dense=False)
@@ -949,6 +950,8 @@ def reduce_store_dask(
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    if bounds.size < 2:  # an empty axis has no partition, but the result still needs a task
+        bounds = np.zeros(2, dtype=np.int64)
     meta = _meta(op, target, reader.dtype, dense)
     disjoint = None if dense else _Disjoint.of(target, layout.indexed_axis, reader.dtype)
     if disjoint is not None and meta.dtype != np.float16:  # spans share no cell: laid down

@@ -246,3 +246,24 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
                 np.testing.assert_allclose(
                     data.todense().astype(np.float64), out, rtol=1e-5, equal_nan=True
                 )
+
+
+@pytest.mark.parametrize("budget", [0, 2**28], ids=["sparse", "dense"])
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_a_store_with_an_empty_axis_groups_and_sums_to_empty_results(
+    tmp_path: Path, chunks: Any, budget: int
+) -> None:
+    """No genes: nothing to read, yet every reduction still has a (zero-size) result."""
+    import dask
+
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.zeros((6, 0), np.float32), dims=("cell", "gene")), path)
+    counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"]
+    counts = counts.assign_coords(kind=("cell", list("abcabc")))
+    with dask.config.set({"sporadik.dense-result-cells": budget}):
+        grouped = counts.groupby("kind").sum()
+        per_cell = counts.sum("gene")
+        assert grouped.shape == (3, 0) and grouped.compute().size == 0
+        np.testing.assert_array_equal(
+            per_cell.compute().data.todense() if budget == 0 else per_cell.values, np.zeros(6)
+        )
