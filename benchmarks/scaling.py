@@ -1,16 +1,25 @@
-"""Out-of-core scaling: write both layouts of 1x, 2x, 4x the benchmark data on a memory-limited
-2-worker cluster, the input generated lazily inside the workers.
+"""Out-of-core scaling: write both layouts of 1x to 8x the benchmark data on a memory-limited
+cluster, the input generated lazily inside the workers; at 1x, the same write on one worker and
+on threads, side by side in the same run.
 
-    .venv/bin/python benchmarks/scaling.py --factors 1 2 4 --memory-limit 2GB
+    .venv/bin/python benchmarks/scaling.py --factors 1 8 --memory-limit 2GB
 
-Writes ``docs/scaling.md`` and ``docs/scaling.png`` (time and largest worker RSS against nonzeros).
+Each write runs in a fresh process of its own (the cluster, or the threads, with it). Reported
+per write: wall time, the planning pass's share of it (the count per position, before any value
+moves), the largest worker's RSS (sampled every 50 ms; on threads, the process's own), whether
+any worker was restarted (a worker past its memory limit is), and the size of the graph the
+client sent to the scheduler. Writes ``docs/scaling.md`` and ``docs/scaling.png``; the text
+after the discussion marker of ``docs/scaling.md`` is kept across runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,70 +29,137 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+DISCUSSION = "<!-- discussion: kept across runs -->"
+#: Cells of the benchmark data at 1x (``benchmarks/run.py``'s full size).
+CELLS = 300_000
 
 
-def _watch(stop: threading.Event, peaks: dict[str, int]) -> None:
-    """Sample every child process's RSS (the workers) until ``stop`` is set."""
+def _watch(stop: threading.Event, peaks: dict[str, int], tree: bool) -> None:
+    """Sample the largest child process's RSS (a worker), or this process's own, until ``stop``."""
     me = psutil.Process()
     while not stop.is_set():
-        for child in me.children(recursive=True):
+        for process in me.children(recursive=True) if tree else [me]:
             with contextlib.suppress(psutil.Error):
-                peaks["worker"] = max(peaks["worker"], child.memory_info().rss)
+                peaks["worker"] = max(peaks["worker"], process.memory_info().rss)
         time.sleep(0.05)
 
 
-def run(factor: int, memory_limit: str, work: Path) -> dict[str, Any]:
-    from distributed import Client, LocalCluster
+def run(
+    factor: int, workers: int, memory_limit: str, work: Path, cells: int = CELLS
+) -> dict[str, Any]:
+    """One write of ``factor`` x the data on ``workers`` cluster workers (0: on two threads)."""
+    import dask
 
     import sporadik_dask as sd
+    import sporadik_dask.write as write
     from sporadik_dask.synthetic import counts_matrix
 
-    out = work / f"scale-{factor}.zarr"
+    out = work / f"scale-{factor}-{workers}.zarr"
     shutil.rmtree(out, ignore_errors=True)
-    x = counts_matrix(cells=300_000 * factor)
+    x = counts_matrix(cells=cells * factor)
+    planning: list[float] = []
+    plan_source = write.plan_source
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return plan_source(*args, **kwargs)
+        finally:
+            planning.append(time.perf_counter() - started)
+
+    write.plan_source = timed  # the count pass: one compute of its own, on the client
     peaks = {"worker": 0}
     stop = threading.Event()
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=memory_limit,
-            dashboard_address=None,
-            local_directory=str(work / "spill"),
-        ) as cluster,
-        Client(cluster),
-    ):
-        watcher = threading.Thread(target=_watch, args=(stop, peaks), daemon=True)
+    graph_bytes = None
+    restarted = False
+    with contextlib.ExitStack() as stack:
+        if workers:
+            from distributed import Client, LocalCluster
+
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    memory_limit=memory_limit,
+                    dashboard_address=None,
+                    local_directory=str(work / "spill"),
+                )
+            )
+            client = stack.enter_context(Client(cluster))
+            before = set(client.scheduler_info()["workers"])
+        else:
+            stack.enter_context(dask.config.set(scheduler="threads", num_workers=2))
+        watcher = threading.Thread(target=_watch, args=(stop, peaks, bool(workers)), daemon=True)
         watcher.start()
         started = time.perf_counter()
-        description = sd.to_sporadik(x, out)
-        seconds = time.perf_counter() - started
+        pending = sd.to_sporadik(x, out, compute=False)  # the count pass runs here
+        measuring = time.perf_counter()
+        graph_bytes = _graph_bytes(pending)
+        measured = time.perf_counter() - measuring  # not part of the write
+        description = pending.compute()
+        seconds = time.perf_counter() - started - measured
         stop.set()
         watcher.join()
+        if workers:
+            restarted = set(client.scheduler_info()["workers"]) != before
     assert isinstance(description, sd.StoreDescription)
     shutil.rmtree(out, ignore_errors=True)
     return {
         "factor": factor,
+        "workers": workers,
         "nnz": description.nnz,
         "seconds": seconds,
+        "planning": sum(planning),
         "worker_gib": peaks["worker"] / 2**30,
+        "restarted": restarted,
+        "graph_mib": graph_bytes / 2**20,
     }
+
+
+def _graph_bytes(collection: Any) -> int:
+    """The pickled size of the write's graph, as the client would send it."""
+    import pickle
+
+    graph = collection.__dask_graph__()
+    return len(pickle.dumps(dict(graph), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--memory-limit", default="2GB")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-scale")
+    parser.add_argument("--cells", type=int, default=CELLS, help="cells at 1x")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs")
+    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.child:
+        print(json.dumps(run(*args.child, args.memory_limit, args.work, args.cells)))
+        return
+    # at the smallest factor: one worker, two, and threads, side by side
+    first = min(args.factors)
+    plans = [(first, 2), (first, 1), (first, 0)] + [(f, 2) for f in args.factors if f != first]
     results = []
-    for factor in args.factors:
-        result = run(factor, args.memory_limit, args.work)
+    for factor, workers in plans:
+        child = subprocess.run(
+            [sys.executable, __file__, "--child", str(factor), str(workers),
+             "--memory-limit", args.memory_limit, "--work", str(args.work),
+             "--cells", str(args.cells)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if child.returncode != 0:
+            print(child.stderr[-2000:], file=sys.stderr)
+            raise SystemExit(f"{factor}x on {workers} workers failed")
+        result = json.loads(child.stdout.strip().splitlines()[-1])
         print(result, flush=True)
         results.append(result)
     _report(args, results)
+
+
+def _where(r: dict[str, Any]) -> str:
+    return f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}" if r["workers"] else "threads"
 
 
 def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
@@ -92,41 +168,67 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    nnz = [r["nnz"] for r in results]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    left.loglog(nnz, [r["seconds"] for r in results], "o-", label="measured")
-    left.loglog(nnz, [results[0]["seconds"] * n / nnz[0] for n in nnz], ":", label="linear")
-    left.set(xlabel="nonzeros", ylabel="wall time (s)", title="write, both layouts")
+    scales = sorted((r for r in results if r["workers"] == 2), key=lambda r: r["nnz"])
+    nnz = [r["nnz"] for r in scales]
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(12, 3.5))
+    per = [r["seconds"] / r["nnz"] * 1e7 for r in scales]
+    left.semilogx(nnz, per, "o-", label="2 workers")
+    left.axhline(per[0] * 1.15, ls=":", label="1.15x the smallest")
+    left.set(xlabel="nonzeros", ylabel="s per 10 M values", title="write, both layouts")
+    left.set_ylim(0, None)
     left.legend()
-    right.semilogx(nnz, [r["worker_gib"] for r in results], "o-")
-    right.axhline(_bytes(args.memory_limit) / 2**30, ls=":", label="memory limit")
-    right.legend()
-    right.set(xlabel="nonzeros", ylabel="largest worker RSS (GiB)", title="memory", ylim=(0, None))
+    middle.semilogx(nnz, [r["worker_gib"] for r in scales], "o-")
+    middle.axhline(_bytes(args.memory_limit) / 2**30, ls=":", label="memory limit")
+    middle.axhline(1.2, ls="--", color="g", label="1.2 GiB")
+    middle.legend()
+    middle.set(xlabel="nonzeros", ylabel="largest worker RSS (GiB)", title="memory")
+    middle.set_ylim(0, None)
+    side = [r for r in results if r["factor"] == min(args.factors)]
+    right.bar([_where(r) for r in side], [r["seconds"] for r in side])
+    right.set(ylabel="wall time (s)", title=f"{min(args.factors)}x, the same cores")
     fig.tight_layout()
-    fig.savefig(ROOT / "docs" / "scaling.png", dpi=110)
+    fig.savefig(args.output / "scaling.png", dpi=110)
     factors = " ".join(str(f) for f in args.factors)
+    cells = f" --cells {args.cells}" if args.cells != CELLS else ""
+    by = {(r["factor"], r["workers"]): r for r in results}
+    lead = by[(min(args.factors), 2)]
+    one, threads = by[(min(args.factors), 1)], by[(min(args.factors), 0)]
     lines = [
         "# Out-of-core scaling",
         "",
         f"Made by `.venv/bin/python benchmarks/scaling.py --factors {factors} "
-        f"--memory-limit {args.memory_limit}` on {time.strftime('%Y-%m-%d')}: a 2-worker "
-        f"`LocalCluster` (one thread each, {args.memory_limit} per worker, spilling to local "
-        "disk), the input generated lazily inside the workers (`sporadik_dask.synthetic`, "
-        "10,000 cells per block, 20,000 genes), both layouts written. Time includes generating "
-        "the input twice (the count pass and the write each read it).",
+        f"--memory-limit {args.memory_limit}{cells}` on {time.strftime('%Y-%m-%d')}, each "
+        "write in a fresh process: a `LocalCluster` (one thread per worker, "
+        f"{args.memory_limit} per worker, spilling to local disk), or two threads, the input "
+        "generated lazily where the tasks run (`sporadik_dask.synthetic`, 10,000 cells per "
+        "block, 20,000 genes), both layouts written. Time includes generating the input twice "
+        "(the count pass and the write each read it); *planning* is the count pass; *graph* is "
+        "the pickled size of the write's graph as the client holds it; *restarted* says "
+        "whether any worker was replaced during the write.",
         "",
-        "| factor | nonzeros | wall s | s per 10 M values | largest worker RSS GiB |",
-        "|---|---|---|---|---|",
+        "| factor | where | nonzeros | wall s | s per 10 M values | planning | "
+        "largest worker RSS GiB | restarted | graph MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['factor']}x | {r['nnz']:,} | {r['seconds']:.1f} | "
-            f"{r['seconds'] / r['nnz'] * 1e7:.2f} | {r['worker_gib']:.2f} |"
+            f"| {r['factor']}x | {_where(r)} | {r['nnz']:,} | {r['seconds']:.1f} | "
+            f"{r['seconds'] / r['nnz'] * 1e7:.2f} | {r['planning'] / r['seconds']:.0%} | "
+            f"{r['worker_gib']:.2f} | {'yes' if r['restarted'] else 'no'} | "
+            f"{r['graph_mib']:.2f} |"
             for r in results
         ),
         "",
-        "![time and memory against nonzeros](scaling.png)",
+        f"At {min(args.factors)}x, two workers wrote {one['seconds'] / lead['seconds']:.2f}x as "
+        f"fast as one, and the 2-worker cluster took {lead['seconds'] / threads['seconds']:.2f}x "
+        "the time of two threads on the same cores.",
+        "",
+        "![time per value, largest worker and the same write by where it runs](scaling.png)",
         "",
     ]
-    (ROOT / "docs" / "scaling.md").write_text("\n".join(lines))
+    page = args.output / "scaling.md"
+    kept = ""
+    if page.exists() and DISCUSSION in page.read_text():
+        kept = DISCUSSION + page.read_text().split(DISCUSSION, 1)[1]
+    page.write_text("\n".join(lines) + ("\n" + kept if kept else ""))
 
 
 def _bytes(text: str) -> int:
