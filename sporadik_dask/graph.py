@@ -56,10 +56,8 @@ Call = tuple[Any, ...]
 
 #: How many count arrays one task adds together in the count pass.
 COUNT_FAN_IN = 8
-#: Bytes of ``indptr`` one task writes: tens of zarr chunks, known on the client.
-INDPTR_TASK_BYTES = 2**23
 #: The arrays written from a partition's :class:`~sporadik_dask.tasks.Runs`, by field name.
-RUN_ARRAYS = ("indices", "data", MAXIMA)
+RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -438,11 +436,12 @@ def _write_layer(
     """Pure: one layout's shuffle and chunk writes; returns the write keys and the layer.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
-       :class:`~sporadik_dask.tasks.Runs`.
-    2. Per region of ``indices``, ``data`` and ``maxima``, take the slices of the partitions that
-       fill it, and write its whole zarr chunks in one task.
-    3. Write ``indptr``, known on the client, :data:`INDPTR_TASK_BYTES` per task.
+       :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``.
+    2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
+       partitions that fill it, and write its whole zarr chunks (or shards) in one task.
+    3. With no position there is no partition: write ``indptr``, ``[0]``, from the client.
     """
+    starts = plan.indptr[plan.bounds].tolist()
     combine = [
         (
             tasks.sort_partition,
@@ -450,6 +449,7 @@ def _write_layer(
             int(plan.bounds[p + 1]),
             plan.extent,
             plan.index_dtype,
+            (starts[p], starts[p + 1]),
         )
         for p in range(plan.partitions)
     ]
@@ -478,15 +478,7 @@ def _write_layer(
                 region.stop,
                 *slices,
             )
-    chunk = plan.unit("indptr")  # a shard when sharded: each written whole, by one task
-    step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
-    indptr = f"{name}-write-indptr"
-    for start in range(0, plan.positions + 1, step):
-        writes.append((indptr, start))
-        layer[writes[-1]] = (
-            tasks.write_array,
-            arrays["indptr"],
-            start,
-            plan.indptr[start : start + step],
-        )
+    if not plan.partitions:
+        writes.append((f"{name}-write-indptr", 0))
+        layer[writes[-1]] = (tasks.write_array, arrays["indptr"], 0, plan.indptr)
     return writes, layer

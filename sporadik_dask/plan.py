@@ -65,7 +65,7 @@ class LayoutPlan(LayoutGeometry):
     bounds: npt.NDArray[np.int64]
     #: Elements per zarr chunk of each array.
     chunks: Mapping[str, int]
-    #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
+    #: The writes of ``data``, ``indices``, ``maxima`` and ``indptr``, each tiling its array.
     regions: Mapping[str, tuple[Region, ...]]
     #: Elements per shard object of each array (a multiple of its chunk), or None: unsharded.
     shards: Mapping[str, int] | None = None
@@ -238,9 +238,18 @@ def plan_layout(
             "data": regions_over(element_cuts, units["data"]),
             "indices": regions_over(element_cuts, units["indices"]),
             MAXIMA: regions_over(bounds, units[MAXIMA]),
+            "indptr": regions_over(_indptr_cuts(bounds), units["indptr"]),
         },
         shards=shards,
     )
+
+
+def _indptr_cuts(bounds: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Which elements of ``indptr`` each partition makes: its positions' offsets, and the last
+    partition the closing offset too (an empty axis has no partition, and ``indptr`` is [0])."""
+    cuts = bounds.copy()
+    cuts[-1] += 1
+    return cuts
 
 
 def shard_sizes(
