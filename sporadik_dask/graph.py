@@ -10,12 +10,13 @@ writes that differ in any of them never share a key in one ``dask.compute``.
 Both shuffles (merging coordinate columns by cell, and sorting each layout by position) are one
 planner, :func:`_shuffle`, laid out as dask's own: one split task per input, a ``getitem`` per
 (input, partition) pair that runs where the split ran, and one task per partition combining its
-parts.
+parts. A write's shuffle is a :class:`Deferred` layer, so those pairs' tasks are made by the
+scheduler, not sent by the client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from operator import getitem
 from typing import TYPE_CHECKING, Any
@@ -26,15 +27,17 @@ import numpy.typing as npt
 from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
+from dask.highlevelgraph import Layer as DaskLayer
 
 from sporadik_dask import tasks
-from sporadik_dask.plan import LayoutPlan
+from sporadik_dask.plan import LayoutPlan, WritePlan
 from sporadik_dask.spec import MAXIMA, LayoutGeometry
 
 if TYPE_CHECKING:
     from sporadik_dask.read.reader import StoreReader
 
 __all__ = [
+    "Deferred",
     "Pieces",
     "blockwise_reduction",
     "count_graph",
@@ -56,10 +59,8 @@ Call = tuple[Any, ...]
 
 #: How many count arrays one task adds together in the count pass.
 COUNT_FAN_IN = 8
-#: Bytes of ``indptr`` one task writes: tens of zarr chunks, known on the client.
-INDPTR_TASK_BYTES = 2**23
 #: The arrays written from a partition's :class:`~sporadik_dask.tasks.Runs`, by field name.
-RUN_ARRAYS = ("indices", "data", MAXIMA)
+RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -78,7 +79,53 @@ class Pieces:
     repeats: tuple[Key, ...] = ()
 
 
-def _extend(graph: HighLevelGraph, name: str, layer: Layer) -> HighLevelGraph:
+class Deferred(DaskLayer):
+    """A layer whose tasks a pure planner makes when it is first read, pickled as that call.
+
+    A shuffle has a task per (piece, partition) pair, as many as values squared; carried as the
+    planner's arguments (keys, partitions, regions), the graph a client sends to a distributed
+    scheduler grows with the values instead, and the scheduler makes the tasks. Anything that
+    reads the layer here (the threaded scheduler, a test) makes them here.
+    """
+
+    def __init__(self, build: Callable[..., Layer], *args: Any) -> None:
+        super().__init__()
+        self._build, self._args = build, args
+        self._tasks: Layer | None = None
+
+    @property
+    def _made(self) -> Layer:
+        if self._tasks is None:
+            self._tasks = self._build(*self._args)
+        return self._tasks
+
+    def __getitem__(self, key: Key) -> Any:
+        return self._made[key]
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._made)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._made
+
+    def is_materialized(self) -> bool:
+        return self._tasks is not None
+
+    def get_output_keys(self) -> Set[Key]:
+        return self._made.keys()
+
+    def __getstate__(self) -> dict[str, Any]:
+        made = ("_tasks", "has_legacy_tasks")  # what reading it built or cached
+        return {k: v for k, v in self.__dict__.items() if k not in made} | {"_tasks": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+def _extend(graph: HighLevelGraph, name: str, layer: Layer | Deferred) -> HighLevelGraph:
     """``graph`` with one more layer on top that may read any key below it."""
     layers = {**graph.layers, name: layer}
     dependencies = {**graph.dependencies, name: set(graph.layers)}
@@ -419,37 +466,60 @@ def write_graph(
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
-    write the same bytes to the same arrays.
+    write the same bytes to the same arrays. The layer is :class:`Deferred`: its tasks are made
+    where it is read, from the pieces' keys, the :class:`~sporadik_dask.plan.WritePlan` s and the
+    arrays.
     """
     targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
     name = f"sporadik-write-{tokenize(pieces.keys, dict(sorted(plans.items())), targets)}"
-    layer: Layer = {}
-    writes: list[Key] = []
-    for axis, plan in plans.items():
-        found, more = _write_layer(f"{name}-{axis}", pieces.keys, plan, arrays[axis])
-        layer.update(more)
-        writes.extend(found)
+    layouts = {
+        axis: (f"{name}-{axis}", plan.for_write(), arrays[axis]) for axis, plan in plans.items()
+    }
+    writes = [key for found in layouts.values() for _, key in _write_keys(found[0], found[1])]
+    layer = Deferred(_write_layers, tuple(pieces.keys), layouts)
     return _extend(pieces.graph, name, layer), writes
 
 
+def _write_layers(
+    pieces: Sequence[Key],
+    layouts: Mapping[int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef]]],
+) -> Layer:
+    """Pure: every layout's :func:`_write_layer`, in one layer."""
+    layer: Layer = {}
+    for name, plan, arrays in layouts.values():
+        layer.update(_write_layer(name, pieces, plan, arrays))
+    return layer
+
+
+def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
+    """The key of every write task of one layout, and the array it writes."""
+    for array in RUN_ARRAYS:
+        for r in range(len(plan.regions[array])):
+            yield array, (f"{name}-write-{array}", r)
+    if not plan.partitions:
+        yield "indptr", (f"{name}-write-indptr", 0)
+
+
 def _write_layer(
-    name: str, pieces: Sequence[Key], plan: LayoutPlan, arrays: Mapping[str, tasks.ArrayRef]
-) -> tuple[list[Key], Layer]:
-    """Pure: one layout's shuffle and chunk writes; returns the write keys and the layer.
+    name: str, pieces: Sequence[Key], plan: WritePlan, arrays: Mapping[str, tasks.ArrayRef]
+) -> Layer:
+    """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
-       :class:`~sporadik_dask.tasks.Runs`.
-    2. Per region of ``indices``, ``data`` and ``maxima``, take the slices of the partitions that
-       fill it, and write its whole zarr chunks in one task.
-    3. Write ``indptr``, known on the client, :data:`INDPTR_TASK_BYTES` per task.
+       :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``.
+    2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
+       partitions that fill it, and write its whole zarr chunks (or shards) in one task.
+    3. With no position there is no partition: write ``indptr``, ``[0]``.
     """
+    bounds, starts = plan.bounds.tolist(), plan.starts.tolist()
     combine = [
         (
             tasks.sort_partition,
-            int(plan.bounds[p]),
-            int(plan.bounds[p + 1]),
+            bounds[p],
+            bounds[p + 1],
             plan.extent,
             plan.index_dtype,
+            (starts[p], starts[p + 1]),
         )
         for p in range(plan.partitions)
     ]
@@ -462,31 +532,16 @@ def _write_layer(
         plan.index_dtype,
     )
     runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine)
-    writes: list[Key] = []
-    for array in RUN_ARRAYS:
-        take, write = f"{name}-take-{array}", f"{name}-write-{array}"
-        for r, region in enumerate(plan.regions[array]):
-            slices = []
-            for i, (p, lo, hi) in enumerate(region.sources):
-                slices.append((take, r, i))
-                layer[slices[-1]] = (tasks.take, runs[p], array, lo, hi)
-            writes.append((write, r))
-            layer[writes[-1]] = (
-                tasks.write_region,
-                arrays[array],
-                region.start,
-                region.stop,
-                *slices,
-            )
-    chunk = plan.unit("indptr")  # a shard when sharded: each written whole, by one task
-    step = chunk * max(1, INDPTR_TASK_BYTES // (chunk * plan.index_dtype.itemsize))
-    indptr = f"{name}-write-indptr"
-    for start in range(0, plan.positions + 1, step):
-        writes.append((indptr, start))
-        layer[writes[-1]] = (
-            tasks.write_array,
-            arrays["indptr"],
-            start,
-            plan.indptr[start : start + step],
-        )
-    return writes, layer
+    regions = {array: iter(plan.regions[array]) for array in RUN_ARRAYS}
+    takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
+    for array, key in _write_keys(name, plan):
+        if not plan.partitions:  # an empty axis: no region, and indptr is [0]
+            layer[key] = (tasks.write_array, arrays[array], 0, np.zeros(1, plan.index_dtype))
+            continue
+        region = next(regions[array])
+        slices = []
+        for i, (p, lo, hi) in enumerate(region.sources):
+            slices.append((takes[array], key[1], i))
+            layer[slices[-1]] = (tasks.take, runs[p], array, lo, hi)
+        layer[key] = (tasks.write_region, arrays[array], region.start, region.stop, *slices)
+    return layer

@@ -29,6 +29,7 @@ from sporadik_dask.spec import (
 __all__ = [
     "LayoutPlan",
     "Region",
+    "WritePlan",
     "maxima_dtype",
     "partition_bounds",
     "plan_layout",
@@ -65,7 +66,7 @@ class LayoutPlan(LayoutGeometry):
     bounds: npt.NDArray[np.int64]
     #: Elements per zarr chunk of each array.
     chunks: Mapping[str, int]
-    #: The writes of ``data``, ``indices`` and ``maxima``, each tiling its array.
+    #: The writes of ``data``, ``indices``, ``maxima`` and ``indptr``, each tiling its array.
     regions: Mapping[str, tuple[Region, ...]]
     #: Elements per shard object of each array (a multiple of its chunk), or None: unsharded.
     shards: Mapping[str, int] | None = None
@@ -80,6 +81,18 @@ class LayoutPlan(LayoutGeometry):
     def unit(self, name: str) -> int:
         """Elements of ``name`` a write task writes whole: a shard object, else a chunk."""
         return self.shards[name] if self.shards else self.chunks[name]
+
+    def for_write(self) -> WritePlan:
+        """What the write's tasks need: the plan without ``indptr``."""
+        return WritePlan(
+            shape=self.shape,
+            indexed_axis=self.indexed_axis,
+            index_order=self.index_order,
+            index_dtype=self.index_dtype,
+            bounds=self.bounds,
+            starts=self.indptr[self.bounds].astype(np.int64),
+            regions=self.regions,
+        )
 
     @property
     def nnz(self) -> int:
@@ -113,6 +126,32 @@ class LayoutPlan(LayoutGeometry):
     def lengths(self) -> dict[str, int]:
         """Length of every array the layout writes."""
         return _lengths(self.positions, self.nnz)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WritePlan(LayoutGeometry):
+    """The part of a :class:`LayoutPlan` a write's graph carries: partitions and regions.
+
+    It grows with partitions and zarr chunks, not positions: ``indptr`` of 2.4 M cells is 9 MiB,
+    and each sort task makes its own slice of it from ``starts``.
+    """
+
+    shape: tuple[int, ...]
+    indexed_axis: int
+    index_order: tuple[int, ...]
+    #: dtype of ``indices`` and ``indptr``.
+    index_dtype: np.dtype[Any]
+    #: Partition ``p`` holds positions ``bounds[p]:bounds[p + 1]``.
+    bounds: npt.NDArray[np.int64]
+    #: ``indptr`` at every bound: partition ``p`` holds values ``starts[p]:starts[p + 1]``.
+    starts: npt.NDArray[np.int64]
+    #: The writes of ``data``, ``indices``, ``maxima`` and ``indptr`` (none for an empty axis).
+    regions: Mapping[str, tuple[Region, ...]]
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the values are shuffled into."""
+        return len(self.bounds) - 1
 
 
 def _dtypes(dtype: np.dtype[Any], width: np.dtype[Any]) -> dict[str, np.dtype[Any]]:
@@ -238,9 +277,18 @@ def plan_layout(
             "data": regions_over(element_cuts, units["data"]),
             "indices": regions_over(element_cuts, units["indices"]),
             MAXIMA: regions_over(bounds, units[MAXIMA]),
+            "indptr": regions_over(_indptr_cuts(bounds), units["indptr"]),
         },
         shards=shards,
     )
+
+
+def _indptr_cuts(bounds: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Which elements of ``indptr`` each partition makes: its positions' offsets, and the last
+    partition the closing offset too (an empty axis has no partition, and ``indptr`` is [0])."""
+    cuts = bounds.copy()
+    cuts[-1] += 1
+    return cuts
 
 
 def shard_sizes(

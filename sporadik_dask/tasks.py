@@ -77,6 +77,8 @@ class Runs(NamedTuple):
     data: npt.NDArray[Any]
     #: Each position's largest absolute value.
     maxima: npt.NDArray[Any]
+    #: Where each position's run starts in the layout, and where the partition's last run ends.
+    indptr: npt.NDArray[Any]
 
 
 class Tally(NamedTuple):
@@ -326,18 +328,33 @@ def sort_partition(
     stop: int,
     extent: int,
     index_dtype: npt.DTypeLike,
+    values: tuple[int, int],
     *parts: Part,
 ) -> Runs:
-    """One partition's runs: its values sorted by (position, index), and their maxima.
+    """One partition's runs: its values sorted by (position, index), their maxima and offsets.
+
+    ``values`` is where the plan put the partition's values in the layout, ``(first, last)``;
+    the partition's slice of ``indptr`` is made here from its own counts, so the client never
+    sends ``indptr`` (4 bytes a position) in the graph.
 
     1. Concatenate the parts (in piece order) and counting-sort them by position: O(n), and
        stable, so pieces that arrive in C order leave each run already sorted by index.
-    2. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
-    3. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
-    4. Take each position's largest absolute value.
+    2. Refuse a partition holding other than the planned number of values: the count pass read
+       another input than this pass, and every later offset would be wrong.
+    3. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
+    4. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
+    5. Take each position's largest absolute value and offset.
     """
     pairs = np.concatenate([part.pairs for part in parts], axis=1)
     data = np.concatenate([part.data for part in parts])
+    first, last = values
+    if data.shape[0] != last - first:
+        raise LayoutError(
+            f"Positions {start}..{stop - 1} hold {data.shape[0]} values, and the count pass "
+            f"found {last - first}: the input gave other values the second time it was read, "
+            "so the offsets written would point into the wrong runs. Make the input "
+            "deterministic (seed its generator, or persist it) and write again."
+        )
     pairs[0] -= start
     counts = np.bincount(pairs[0], minlength=stop - start)
     pairs, data = sort_by_key(pairs[0], counts, pairs, data)
@@ -364,7 +381,11 @@ def sort_partition(
     maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
     if data.size:
         maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
-    return Runs(indices.astype(index_dtype, copy=False), data, maxima)
+    indptr = np.empty(stop - start + 1, dtype=index_dtype)
+    indptr[0] = first
+    np.cumsum(counts, out=indptr[1:])
+    indptr[1:] += first
+    return Runs(indices.astype(index_dtype, copy=False), data, maxima, indptr)
 
 
 def take(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:

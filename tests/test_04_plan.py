@@ -111,3 +111,37 @@ def test_the_index_width_is_int64_once_an_index_would_not_fit_in_int32(
     plan = plan_layout((2, columns), 0, (1,), np.array([10, 0]), "float32", partition_values=100)
     assert plan.index_dtype == np.dtype(width)
     assert plan.indptr.dtype == np.dtype(width)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 20), min_size=1, max_size=80),
+    target=st.integers(1, 60),
+    shard=st.sampled_from([None, 4, 12]),
+)
+def test_indptr_is_written_by_its_partitions_in_whole_shards_each_element_once(
+    counts: list[int], target: int, shard: int | None
+) -> None:
+    plan = plan_layout(
+        (len(counts), 7),
+        0,
+        (1,),
+        np.asarray(counts),
+        "float32",
+        partition_values=target,
+        chunk=4,
+        shard=shard,
+    )
+    unit, length = plan.unit("indptr"), len(counts) + 1
+    regions = plan.regions["indptr"]
+    assert [r.start for r in regions] == [0, *[r.stop for r in regions][:-1]]
+    assert regions[-1].stop == length
+    assert all(r.start % unit == 0 for r in regions)
+    owned = np.concatenate(([0], plan.bounds[1:-1], [length]))
+    for region in regions:
+        filled = 0
+        for p, lo, hi in region.sources:
+            assert 0 <= lo < hi <= owned[p + 1] - owned[p]
+            assert owned[p] + lo == region.start + filled
+            filled += hi - lo
+        assert filled == region.stop - region.start

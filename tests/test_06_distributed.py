@@ -41,6 +41,20 @@ def test_a_cluster_writes_what_the_threaded_scheduler_writes(
     assert on_cluster.nnz == np.count_nonzero(dense)
 
 
+def test_a_cluster_makes_a_write_s_shuffle_tasks_on_the_scheduler_not_the_client(
+    tmp_path: Path, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(4), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
+    layer = write.__dask_graph__().layers[write.__dask_layers__()[0]]
+    assert not layer.is_materialized()
+    write.compute()
+    assert not layer.is_materialized()
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+
+
 def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> None:
     rng = np.random.default_rng(5)
     rows, cols = rng.integers(0, 50, 400), rng.integers(0, 30, 400)

@@ -4,6 +4,7 @@ write and a reduction need, and two different writes or reductions share no key.
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import zarr
 import sporadik_dask as sd
 from sporadik_dask import graph, reductions, tasks
 from sporadik_dask.plan import plan_layout
+from sporadik_dask.synthetic import counts_matrix
 from sporadik_dask.write import create_layout
 from tests.helpers import random_dense
 
@@ -170,6 +172,54 @@ def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
         for arg in args[3:]:
             take, runs, *_ = layer[arg]
             assert take is tasks.take and runs[0].endswith("-sort")
+
+
+def _sent_bytes(collection: Any) -> int:
+    """What ``dask.compute(collection)`` sends to a distributed scheduler, measured as
+    distributed measures it for its "Sending large graph" warning."""
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+    from distributed.protocol.serialize import Serialized, serialize, to_serialize
+    from distributed.utils import nbytes
+
+    expr = FinalizeCompute(collections_to_expr([collection], True)).optimize()
+    sent = Serialized(*serialize(to_serialize(expr), on_error="raise"))
+    return sum(map(nbytes, [sent.header, *sent.frames]))
+
+
+def test_the_graph_a_write_sends_to_a_scheduler_grows_no_faster_than_its_values(
+    tmp_path: Path,
+) -> None:
+    # Twice the cells: twice the pieces and twice the partitions of each layout, so a task per
+    # (piece, partition) pair would be four times as many.
+    sizes, partitions = [], []
+    for factor in (1, 2, 4):
+        x = counts_matrix(cells=400 * factor, genes=60, density=0.1, rows_per_chunk=50)
+        write = sd.to_sporadik(x, tmp_path / f"{factor}.zarr", compute=False, partition_bytes=5_000)
+        sizes.append(_sent_bytes(write.written()))
+        sorts = Counter(k[0] for k in dict(write.__dask_graph__()) if str(k[0]).endswith("-sort"))
+        partitions.append(min(sorts.values()))
+    assert partitions[0] >= 8 and partitions[2] >= 3 * partitions[0]
+    assert sizes[1] <= 2 * sizes[0] + 2_048
+    assert sizes[2] <= 2 * sizes[1] + 2_048
+
+
+def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    layer = built.layers[list(built.layers)[-1]]
+    assert isinstance(layer, graph.Deferred) and not layer.is_materialized()
+    before = len(pickle.dumps(layer))
+    made = dict(layer)
+    assert layer.is_materialized() and set(writes) <= set(made)
+    assert len(pickle.dumps(layer)) == before
+    again = pickle.loads(pickle.dumps(layer))
+    assert not again.is_materialized()
+    assert again.keys() == made.keys()
+    assert pickle.dumps(dict(again)) == pickle.dumps(made)
 
 
 def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def test_a_sorted_partition_is_what_lexsort_gives_with_each_position_largest_mag
     start = 5
     for part in parts:
         part.pairs[0] += start
-    runs = tasks.sort_partition(start, start + positions, extent, np.int32, *parts)
+    runs = tasks.sort_partition(start, start + positions, extent, np.int32, (7, 7 + n), *parts)
     pairs = np.concatenate([part.pairs for part in parts], axis=1)
     data = np.concatenate([part.data for part in parts])
     order = np.lexsort((pairs[1], pairs[0]))
@@ -61,12 +61,21 @@ def test_a_sorted_partition_is_what_lexsort_gives_with_each_position_largest_mag
     expected = np.zeros(positions)
     np.maximum.at(expected, pairs[0] - start, np.abs(data))
     np.testing.assert_array_equal(runs.maxima, expected)
+    counts = np.bincount(pairs[0] - start, minlength=positions)
+    np.testing.assert_array_equal(runs.indptr, 7 + np.concatenate(([0], np.cumsum(counts))))
+    assert runs.indptr.dtype == np.int32
+
+
+def test_a_partition_holding_other_values_than_the_count_pass_found_is_refused() -> None:
+    part = tasks.Part(np.array([[0, 1], [3, 3]]), np.array([1.0, 2.0]))
+    with pytest.raises(sd.LayoutError, match="hold 2 values, and the count pass found 3"):
+        tasks.sort_partition(0, 2, 5, np.int32, (4, 7), part)
 
 
 def test_a_cell_named_twice_in_a_partition_is_refused() -> None:
     part = tasks.Part(np.array([[0, 0], [3, 3]]), np.array([1.0, 2.0]))
     with pytest.raises(sd.LayoutError, match="1 cells are named twice"):
-        tasks.sort_partition(0, 1, 5, np.int32, part)
+        tasks.sort_partition(0, 1, 5, np.int32, (0, 2), part)
 
 
 @settings(max_examples=30, deadline=None)
@@ -409,5 +418,5 @@ def test_an_array_replaced_after_the_write_was_planned_is_refused(tmp_path: Path
 def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -> None:
     # positions 0..3; position 2 holds [1, 9], position 3 is empty: 9 is its maximum, not 1
     part = tasks.Part(np.array([[0, 2, 2], [0, 0, 1]]), np.array([4.0, 1.0, -9.0]))
-    runs = tasks.sort_partition(0, 4, 2, np.int32, part)
+    runs = tasks.sort_partition(0, 4, 2, np.int32, (0, 3), part)
     np.testing.assert_array_equal(runs.maxima, [4.0, 0.0, 9.0, 0.0])
