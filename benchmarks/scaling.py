@@ -160,6 +160,7 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     scales = sorted((r for r in results if r["workers"] == 2), key=lambda r: r["nnz"])
     nnz = [r["nnz"] for r in scales]
@@ -179,6 +180,8 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     side = [r for r in results if r["factor"] == min(args.factors)]
     right.bar([_where(r) for r in side], [r["seconds"] for r in side])
     right.set(ylabel="wall time (s)", title=f"{min(args.factors)}x, the same cores")
+    for ax in (left, middle):
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     fig.tight_layout()
     fig.savefig(args.output / "scaling.png", dpi=110)
     factors = " ".join(str(f) for f in args.factors)
