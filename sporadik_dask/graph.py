@@ -421,10 +421,36 @@ def _tree_reduction(name: str, leaves: Sequence[Call], merge: Call | None, finis
     return layer
 
 
+class FreshResult(da.Array):
+    """A one-block dask array whose block a task makes afresh at every compute, handed back as
+    it is.
+
+    dask copies a single block on the way out, in case it is a buffer held in the graph or by a
+    worker: a deep copy for ``sparse.COO``, 0.6 s of a 3.3 s grouped sum of 68 M cells. A block
+    a reduction's last task made holds nothing anyone else has. A persisted one is a plain dask
+    array again, copied as dask copies.
+    """
+
+    __slots__ = ()
+
+    def __dask_postcompute__(self) -> tuple[Callable[..., Any], tuple[()]]:
+        return _the_block, ()
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+
+
+def _the_block(results: Any) -> Any:
+    """The one block of a computed one-block array, uncopied."""
+    while isinstance(results, (list, tuple)) and len(results) == 1:
+        results = results[0]
+    return results
+
+
 def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
     """A delayed result as a dask array of one block, of ``meta``'s type and dtype."""
-    array: da.Array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta)
-    return array
+    array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta)
+    return FreshResult(array.dask, array.name, array.chunks, meta=array._meta)  # type: ignore[no-untyped-call]
 
 
 def blockwise_reduction(

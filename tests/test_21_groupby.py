@@ -267,3 +267,27 @@ def test_a_store_with_an_empty_axis_groups_and_sums_to_empty_results(
         np.testing.assert_array_equal(
             per_cell.compute().data.todense() if budget == 0 else per_cell.values, np.zeros(6)
         )
+
+
+def test_a_chunked_grouped_sum_computed_twice_gives_two_arrays_neither_held_by_the_graph(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """The one block comes back uncopied (dask would deep-copy it), so it must be made afresh by
+    every compute: changing one result leaves the next compute's, and a persisted one's, alone."""
+    import dask
+
+    path, dense = store
+    counts = xr.open_dataset(path, engine="sporadik", chunks={})["s"]
+    labels = np.arange(dense.shape[0]) % 7
+    with dask.config.set({"sporadik.dense-result-cells": 0}):
+        summed = counts.assign_coords(kind=("cell", labels)).groupby("kind").sum().data
+    expected = np.stack([dense[labels == k].sum(axis=0) for k in range(7)])
+    first = summed.compute()
+    first.data[:] = -1  # a user's own array, to change at will
+    again = summed.compute()
+    assert again is not first
+    np.testing.assert_allclose(again.todense(), expected, rtol=1e-5)
+    kept = summed.persist()
+    changed = kept.compute()
+    changed.data[:] = -1
+    np.testing.assert_allclose(kept.compute().todense(), expected, rtol=1e-5)
