@@ -31,8 +31,9 @@ from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
 from sporadik_dask.kernels import (
     Regions,
     add_runs,
+    deal_by_lead,
+    gather_leads,
     group_runs,
-    sort_by_code,
     sort_by_lead,
     sum_runs,
 )
@@ -1000,29 +1001,22 @@ def span_cells(
     disjoint = _Disjoint.of(target, layout.indexed_axis, reader.dtype)
     assert disjoint is not None, "spans of cells are planned for disjoint runs only"
     found = list(_finished_cells(reader, op, skipna, layout, disjoint, span))
-    codes, offsets, data = (np.concatenate([part[k] for part in found]) for k in range(3))
-    found.clear()
-    counts = np.bincount(codes, minlength=leads)
-    offsets, data = sort_by_code(codes, offsets, data, leads)
-    return SpanCells(counts, offsets.astype(np.min_scalar_type(max(cells - 1, 0))), data)
+    if not found:  # no runs in the span
+        none = np.zeros(0, np.int64)
+        found = [(none, none, np.zeros(0, result_dtype(op, reader.dtype)))]
+    counts, offsets, data = deal_by_lead(found, leads, np.min_scalar_type(max(cells - 1, 0)))
+    return SpanCells(counts, offsets, data)
 
 
 def place_spans(shape: tuple[int, ...], cells: int, *spans: SpanCells) -> Any:
-    """Every span's cells, in span order, laid into the result's regions
-    (:class:`~sporadik_dask.kernels.Regions`) of ``cells`` cells per lead, sized by the spans'
-    own counts, as one ``sparse.COO`` of ``shape``: spans cover consecutive positions, so each
-    lead's cells arrive in C order and no sort is needed. Memory: the spans' cells and the
-    result, once each, and one span's raveled ids."""
+    """Every span's cells, in span order, as one ``sparse.COO`` of ``shape`` whose leads hold
+    ``cells`` cells each: spans cover consecutive positions, so each lead's cells in span order
+    are in C order, and :func:`~sporadik_dask.kernels.gather_leads` writes them lead by lead.
+    No sort, and no copy of a span. Memory: the spans' cells and the result, once each."""
     import sparse
 
-    counts = np.zeros_like(spans[0].leads)
-    for span in spans:
-        counts += span.leads
-    regions = Regions(shape, cells, counts, spans[0].data.dtype)
-    for span in spans:
-        regions.place_leads(span.leads, span.offsets, span.data)
-    placed, data = regions.result()
-    return sparse.COO(placed, data, shape=shape, has_duplicates=False, sorted=True)
+    coords, data = gather_leads(shape, cells, [(s.leads, s.offsets, s.data) for s in spans])
+    return sparse.COO(coords, data, shape=shape, has_duplicates=False, sorted=True)
 
 
 def reduce_coo(
