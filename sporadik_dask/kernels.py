@@ -611,15 +611,14 @@ def _gather_leads(counts: Any, starts: Any, offsets: Any, data: Any, span: int, 
     at = 0
     for lead in range(counts.shape[1]):
         for part in range(counts.shape[0]):
-            where, values = offsets[part], data[part]
             k = starts[part, lead]
             for i in range(k, k + counts[part, lead]):
-                out[at] = values[i]
+                out[at] = data[i]
                 if split:  # rank 2, one lead per row: the lead and the offset
                     coords[at] = lead
-                    coords[n + at] = where[i]
+                    coords[n + at] = offsets[i]
                 else:
-                    cell = lead * span + where[i]
+                    cell = lead * span + offsets[i]
                     for r in range(rows - 1, -1, -1):
                         coords[r * n + at] = cell % shape[r]
                         cell //= shape[r]
@@ -638,17 +637,15 @@ def gather_leads(
     The result is written in order, lead after lead, each part read where it left off: a few
     read streams and one write stream, where laying each part into regions of the result in
     turn writes to every lead's region at once (a cache miss per stretch, a stretch per part
-    and lead). None of the parts is copied or joined first."""
+    and lead)."""
     counts = np.stack([np.asarray(p[0], dtype=np.int64) for p in parts])
-    starts = np.cumsum(counts, axis=1) - counts
-    n = int(counts.sum())
-    dtype = parts[0][2].dtype
+    sizes = counts.sum(axis=1)
+    starts = np.cumsum(counts, axis=1) - counts + (np.cumsum(sizes) - sizes)[:, None]
+    n = int(sizes.sum())
+    offsets = np.concatenate([p[1] for p in parts])  # one array each: numba's lists compile
+    data = np.concatenate([p[2] for p in parts])  # in every process, about 0.8 s
     coords = np.empty(len(shape) * n, dtype=_code_dtype(max(shape, default=0)))
-    out = np.empty(n, dtype=dtype)
-    offsets, data = numba.typed.List(), numba.typed.List()
-    for _, where, values in parts:
-        offsets.append(where)
-        data.append(values)
+    out = np.empty(n, dtype=data.dtype)
     split = len(shape) == 2 and span == shape[1]
     _gather_leads(counts, starts, offsets, data, span, np.asarray(shape, dtype=np.int64), split,
                   coords, out)  # fmt: skip
