@@ -46,7 +46,12 @@ def _watch(stop: threading.Event, peaks: dict[str, int], tree: bool) -> None:
 
 
 def run(
-    factor: int, workers: int, memory_limit: str, work: Path, cells: int = CELLS
+    factor: int,
+    workers: int,
+    memory_limit: str,
+    work: Path,
+    cells: int = CELLS,
+    spill_at: float | None = None,
 ) -> dict[str, Any]:
     """One write of ``factor`` x the data on ``workers`` cluster workers (0: on two threads)."""
     import dask
@@ -74,6 +79,11 @@ def run(
     graph_bytes = None
     restarted = False
     with contextlib.ExitStack() as stack:
+        if spill_at is not None:  # distributed's thresholds: spill past the first, then pause
+            memory = "distributed.worker.memory"
+            stack.enter_context(
+                dask.config.set({f"{memory}.target": spill_at, f"{memory}.spill": spill_at + 0.1})
+            )
         if workers:
             from distributed import Client, LocalCluster
 
@@ -125,11 +135,14 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-scale")
     parser.add_argument("--cells", type=int, default=CELLS, help="cells at 1x")
     parser.add_argument("--output", type=Path, default=ROOT / "docs")
+    parser.add_argument(
+        "--spill-at", type=float, help="distributed's memory target (spill threshold + 0.1)"
+    )
     parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.child:
-        print(json.dumps(run(*args.child, args.memory_limit, args.work, args.cells)))
+        print(json.dumps(run(*args.child, args.memory_limit, args.work, args.cells, args.spill_at)))
         return
     # at the smallest factor: one worker, two, and threads, side by side
     first = min(args.factors)
@@ -139,7 +152,8 @@ def main() -> None:
         child = subprocess.run(
             [sys.executable, __file__, "--child", str(factor), str(workers),
              "--memory-limit", args.memory_limit, "--work", str(args.work),
-             "--cells", str(args.cells)],
+             "--cells", str(args.cells),
+             *(["--spill-at", str(args.spill_at)] if args.spill_at is not None else [])],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if child.returncode != 0:
@@ -186,6 +200,8 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     fig.savefig(args.output / "scaling.png", dpi=110)
     factors = " ".join(str(f) for f in args.factors)
     cells = f" --cells {args.cells}" if args.cells != CELLS else ""
+    if args.spill_at is not None:
+        cells += f" --spill-at {args.spill_at}"
     by = {(r["factor"], r["workers"]): r for r in results}
     lead = by[(min(args.factors), 2)]
     one, threads = by[(min(args.factors), 1)], by[(min(args.factors), 0)]
