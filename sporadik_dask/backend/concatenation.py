@@ -26,7 +26,8 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
     """``sparse.concatenate(arrays, axis)``, with the result put in C order by counting sorts.
 
     1. Along the leading axis, or for anything but ``sparse.COO`` blocks of one rank, fill value
-       and int64 coordinates, hand over to ``sparse.concatenate`` (its own join along the
+       and coordinate dtype (int64, or int32 that holds the joined axis), hand over to
+       ``sparse.concatenate`` (its own join along the
        leading axis keeps C order without a sort).
     2. Join coordinates and values block after block, offsetting the joined axis.
     3. Values are then in C order within each run of equal coordinates on the axes before
@@ -44,7 +45,8 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
     if (
         not dask.config.get("sporadik.join-in-order", True)
         or not isinstance(first, sparse.COO)
-        or not all(type(a) is sparse.COO and a.coords.dtype == np.int64 for a in arrays)
+        or not all(type(a) is sparse.COO for a in arrays)
+        or not _one_index_dtype(arrays, axis)
         or not isinstance(axis, (int, np.integer))
         or first.ndim < 2
         or any(a.ndim != first.ndim for a in arrays)
@@ -74,6 +76,20 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
         sorted=True,
         fill_value=first.fill_value,
     )
+
+
+def _one_index_dtype(arrays: Sequence[Any], axis: Any) -> bool:
+    """Whether every block's coordinates are int64, or all int32 with the joined axis still
+    within int32 (grouped results come with int32 coordinates; sparse keeps them so)."""
+    kinds = {a.coords.dtype for a in arrays}
+    if kinds == {np.dtype(np.int64)}:
+        return True
+    if kinds != {np.dtype(np.int32)} or not isinstance(axis, (int, np.integer)):
+        return False
+    ndim = arrays[0].ndim
+    if not -ndim <= axis < ndim:
+        return False
+    return bool(sum(a.shape[axis] for a in arrays) < 2**31)
 
 
 def _same_fill(a: Any, b: Any) -> bool:
