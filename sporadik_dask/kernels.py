@@ -323,12 +323,13 @@ def group_runs(
     ``codes[where]`` of its index (-1: none; ``skipna``: a NaN adds nothing).
 
     Returns each cell some value lands in as its group, its position and its sum (added in the
-    accumulator's dtype, given in ``dtype``), run by run: sorting by group
-    (:func:`sort_by_code`) then puts them in C order, and :meth:`Regions.place_leads` lays them
-    down, with no division per cell anywhere. ``buffers`` (an accumulator of zeros and a mask
-    of False, one cell per group) are left as they came. ``where`` may be of any signed integer
-    dtype, as stored: each is checked against ``codes`` as it is used. None when numba cannot
-    hold a dtype; raises :class:`LayoutError` for an index past its axis (a damaged store).
+    accumulator's dtype, given in ``dtype``), run by run, so each group's cells come in C order:
+    :meth:`Regions.place_codes` lays them into the result as they come, and
+    :func:`deal_by_lead` deals a span's by group, with no division per cell anywhere.
+    ``buffers`` (an accumulator of zeros and a mask of False, one cell per group) are left as
+    they came. ``where`` may be of any signed integer dtype, as stored: each is checked against
+    ``codes`` as it is used. None when numba cannot hold a dtype; raises :class:`LayoutError`
+    for an index past its axis (a damaged store).
     """
     acc, mark = buffers
     last = first + len(lengths)
@@ -656,10 +657,11 @@ class Regions:
     """A ``sparse.COO``'s coordinates and values laid down in C order while its cells arrive
     in another: one region per *lead* cell (the output cells raveled over the leading axes,
     ``span`` cells each), sized by a bound on the cells the lead can receive. Cells arrive in C
-    order within each lead and sorted by lead within each batch (:func:`sort_by_lead`), so a
-    batch appends a stretch to each region in turn; :meth:`result` closes the gaps in place and
-    gives the unused tail back. Memory: the bound's worth of coordinates and values, never a
-    second copy of either.
+    order within each lead; at rank 2 they go straight to their lead's region in any
+    interleaving of leads (:meth:`place_codes`), otherwise a batch sorted by lead appends a
+    stretch to each region in turn (:meth:`place_leads`). :meth:`result` closes the gaps in
+    place and gives the unused tail back. Memory: the bound's worth of coordinates and values,
+    never a second copy of either.
     """
 
     def __init__(
