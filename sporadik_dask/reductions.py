@@ -895,9 +895,9 @@ def _finished_cells(
         if found is not None:
             yield found
             continue
-        if indices is not None and indices.dtype != np.int64:  # read as stored, for the kernel
+        if stored and indices is not None:  # read unchecked for the kernel, int64 ones too
             check_indices(indices, layout.extent, f"Layout {layout.path!r} in {reader.location}")
-            coords = _index_coords(len(reader.shape), layout, indices.astype(np.int64))
+            coords = _index_coords(len(reader.shape), layout, indices.astype(np.int64, copy=False))
         fields = disjoint.fields(first + a, lengths, coords, values, skipna=skipna)
         data = _sparse_values(op, fields, disjoint.target, reader.dtype, skipna=skipna)
         yield fields.ids // cells, fields.ids % cells, data

@@ -291,3 +291,28 @@ def test_a_chunked_grouped_sum_computed_twice_gives_two_arrays_neither_held_by_t
     changed = kept.compute()
     changed.data[:] = -1
     np.testing.assert_allclose(kept.compute().todense(), expected, rtol=1e-5)
+
+
+def test_a_grouped_mean_over_int64_indices_past_their_axis_is_refused(tmp_path: Path) -> None:
+    """Indices read unchecked for the grouping kernel are checked before a batch that holds a
+    NaN (a mean that skips NaNs) takes the other route, whatever their stored dtype."""
+    import dask
+    import zarr
+
+    rng = np.random.default_rng(0)
+    dense = random_dense(rng, (30, 8), 0.4, np.float32)
+    dense[3, 2] = np.nan
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
+    group = zarr.open_group(path, mode="r+")
+    stored = group["layouts/axis1/indices"]
+    indices, chunks = stored[:].astype(np.int64), stored.chunks
+    indices[-1] = 999  # a damaged store: a cell past the 30 there are
+    del group["layouts/axis1/indices"]
+    group.create_array("layouts/axis1/indices", shape=indices.shape, dtype="int64", chunks=chunks)
+    group["layouts/axis1/indices"][:] = indices
+    counts = xr.open_dataset(path, engine="sporadik")["s"]
+    counts = counts.assign_coords(kind=("cell", np.arange(30) % 4))
+    budget = {"sporadik.dense-result-cells": 0}
+    with dask.config.set(budget), pytest.raises(sd.LayoutError, match="holds index 999"):
+        counts.groupby("kind").mean()
