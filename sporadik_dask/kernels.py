@@ -510,9 +510,17 @@ def sort_by_code(
 
 
 @numba.njit(cache=True, nogil=True)
+def _unravel_into(coords: Any, stride: int, at: int, cell: int, shape: Any) -> None:
+    """Cell ``cell`` (raveled over ``shape``) as column ``at`` of flat coordinates whose rows
+    are ``stride`` apart."""
+    for r in range(len(shape) - 1, -1, -1):
+        coords[r * stride + at] = cell % shape[r]
+        cell //= shape[r]
+
+
+@numba.njit(cache=True, nogil=True)
 def _place(counts: Any, offsets: Any, data: Any, span: int, shape: Any, split: bool, fill: Any,
            ends: Any, coords: Any, out: Any) -> int:  # fmt: skip
-    rows = len(shape)
     capacity = out.size
     j = 0
     for lead in range(len(counts)):
@@ -526,10 +534,7 @@ def _place(counts: Any, offsets: Any, data: Any, span: int, shape: Any, split: b
             if split:  # rank 2, one lead per row: row 0 (the lead) is laid down by _compact
                 coords[capacity + at] = offsets[j]
             else:
-                cell = lead * span + offsets[j]
-                for r in range(rows - 1, -1, -1):
-                    coords[r * capacity + at] = cell % shape[r]
-                    cell //= shape[r]
+                _unravel_into(coords, capacity, at, lead * span + offsets[j], shape)
             j += 1
     return -1
 
@@ -607,7 +612,6 @@ def deal_by_lead(
 @numba.njit(cache=True, nogil=True)
 def _gather_leads(counts: Any, starts: Any, offsets: Any, data: Any, span: int, shape: Any,
                   split: bool, coords: Any, out: Any) -> None:  # fmt: skip
-    rows = len(shape)
     n = out.size
     at = 0
     for lead in range(counts.shape[1]):
@@ -619,10 +623,7 @@ def _gather_leads(counts: Any, starts: Any, offsets: Any, data: Any, span: int, 
                     coords[at] = lead
                     coords[n + at] = offsets[i]
                 else:
-                    cell = lead * span + offsets[i]
-                    for r in range(rows - 1, -1, -1):
-                        coords[r * n + at] = cell % shape[r]
-                        cell //= shape[r]
+                    _unravel_into(coords, n, at, lead * span + offsets[i], shape)
                 at += 1
 
 
