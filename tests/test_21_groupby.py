@@ -306,11 +306,14 @@ def test_a_grouped_mean_over_int64_indices_past_their_axis_is_refused(tmp_path: 
     sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
     group = zarr.open_group(path, mode="r+")
     stored = group["layouts/axis1/indices"]
-    indices, chunks = stored[:].astype(np.int64), stored.chunks
+    assert isinstance(stored, zarr.Array)
+    indices, chunks = np.asarray(stored[:], dtype=np.int64), stored.chunks
     indices[-1] = 999  # a damaged store: a cell past the 30 there are
     del group["layouts/axis1/indices"]
-    group.create_array("layouts/axis1/indices", shape=indices.shape, dtype="int64", chunks=chunks)
-    group["layouts/axis1/indices"][:] = indices
+    rewritten = group.create_array(
+        "layouts/axis1/indices", shape=indices.shape, dtype="int64", chunks=chunks
+    )
+    rewritten[:] = indices
     counts = xr.open_dataset(path, engine="sporadik")["s"]
     counts = counts.assign_coords(kind=("cell", np.arange(30) % 4))
     budget = {"sporadik.dense-result-cells": 0}
