@@ -261,28 +261,36 @@ def pieces_of_layout(
 
 
 def _shuffle(
-    name: str, inputs: Sequence[Key], *, split: Call, combine: Sequence[Call]
+    name: str,
+    inputs: Sequence[Key],
+    *,
+    split: Call,
+    combine: Sequence[Call],
+    sources: Sequence[Sequence[int]] | None = None,
 ) -> tuple[list[Key], Layer]:
     """Pure: move every input's values to the partition they belong to; one output per partition.
 
     1. ``(*split[:1], input, *split[1:])`` returns one part per partition, in partition order.
     2. ``getitem(split, p)`` picks part ``p``; it runs where the split ran, so only that part
        travels.
-    3. ``(*combine[p], *parts)`` gets partition ``p``'s parts from every input, in input order.
+    3. ``(*combine[p], *parts)`` gets partition ``p``'s parts from every input in
+       ``sources[p]`` (all of them by default), in input order: an input holding no value for
+       ``p`` is neither waited for nor sent.
 
     Returns the output keys, ``(name, p)``, and the layer.
     """
     func, *args = split
     # One string object per name: a pickled graph then holds each name once, not once per key.
     splits, parts = f"{name}-split", f"{name}-part"
-    layer: Layer = {}
-    for b, key in enumerate(inputs):
-        layer[(splits, b)] = (func, key, *args)
-        for p in range(len(combine)):
-            layer[(parts, b, p)] = (getitem, (splits, b), p)
+    everyone = range(len(inputs))
+    layer: Layer = {(splits, b): (func, key, *args) for b, key in enumerate(inputs)}
     outputs = []
     for p, call in enumerate(combine):
-        layer[(name, p)] = (*call, *[(parts, b, p) for b in range(len(inputs))])
+        gathered = []
+        for b in everyone if sources is None else sources[p]:
+            layer[(parts, b, p)] = (getitem, (splits, b), p)
+            gathered.append((parts, b, p))
+        layer[(name, p)] = (*call, *gathered)
         outputs.append((name, p))
     return outputs, layer
 
@@ -310,6 +318,8 @@ def _count_layer(
     2. Add the counts together in a tree, :data:`COUNT_FAN_IN` at a time, so no task holds more
        than a few count arrays whatever the number of pieces.
     3. Add up the repeats that merging coordinate columns found.
+
+    Each piece's span of positions along each axis comes back with the counts, in piece order.
     """
     layer: Layer = {}
     level = []
@@ -317,7 +327,7 @@ def _count_layer(
         layer[(name, 0, i)] = (tasks.count_piece, piece, extents)
         level.append((name, 0, i))
     root = fan_in(layer, name, level, tasks.add_counts, width=COUNT_FAN_IN)
-    layer[name] = (tasks.Tally, root, (sum, list(repeats)))
+    layer[name] = (tasks.tally, root, (sum, list(repeats)))
     return layer
 
 
@@ -532,7 +542,8 @@ def _write_layer(
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
-       :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``.
+       :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``;
+       a partition gathers from the pieces whose span meets it (:meth:`WritePlan.sources`).
     2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
        partitions that fill it, and write its whole zarr chunks (or shards) in one task.
     3. With no position there is no partition: write ``indptr``, ``[0]``.
@@ -557,7 +568,8 @@ def _write_layer(
         plan.bounds,
         plan.index_dtype,
     )
-    runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine)
+    sources = plan.sources(len(pieces))
+    runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)
     regions = {array: iter(plan.regions[array]) for array in RUN_ARRAYS}
     takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
     for array, key in _write_keys(name, plan):

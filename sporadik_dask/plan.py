@@ -9,6 +9,7 @@ written once by one task from slices of the partitions that hold its elements).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "WritePlan",
     "maxima_dtype",
     "partition_bounds",
+    "partition_sources",
     "plan_layout",
     "regions_over",
     "shard_sizes",
@@ -70,13 +72,17 @@ class LayoutPlan(LayoutGeometry):
     regions: Mapping[str, tuple[Region, ...]]
     #: Elements per shard object of each array (a multiple of its chunk), or None: unsharded.
     shards: Mapping[str, int] | None = None
+    #: The first and last position each piece of the input holds, shape ``(pieces, 2)``, or
+    #: None: every piece may hold values for every partition.
+    spans: npt.NDArray[np.int64] | None = None
 
     def __dask_tokenize__(self) -> tuple[Any, ...]:
         """What decides every task of the layout's write; the regions follow from these."""
         chunks = tuple(sorted(self.chunks.items()))
         shards = tuple(sorted(self.shards.items())) if self.shards else None
         geometry = (self.shape, self.indexed_axis, self.index_order, self.dtype.str)
-        return (type(self).__name__, *geometry, self.indptr, self.bounds, chunks, shards)
+        planned = (self.indptr, self.bounds, chunks, shards, self.spans)
+        return (type(self).__name__, *geometry, *planned)
 
     def unit(self, name: str) -> int:
         """Elements of ``name`` a write task writes whole: a shard object, else a chunk."""
@@ -92,6 +98,7 @@ class LayoutPlan(LayoutGeometry):
             bounds=self.bounds,
             starts=self.indptr[self.bounds].astype(np.int64),
             regions=self.regions,
+            spans=self.spans,
         )
 
     @property
@@ -147,11 +154,38 @@ class WritePlan(LayoutGeometry):
     starts: npt.NDArray[np.int64]
     #: The writes of ``data``, ``indices``, ``maxima`` and ``indptr`` (none for an empty axis).
     regions: Mapping[str, tuple[Region, ...]]
+    #: As :attr:`LayoutPlan.spans`.
+    spans: npt.NDArray[np.int64] | None = None
 
     @property
     def partitions(self) -> int:
         """How many partitions the values are shuffled into."""
         return len(self.bounds) - 1
+
+    def sources(self, pieces: int) -> list[list[int]]:
+        """The pieces each partition gathers parts from: see :func:`partition_sources`."""
+        return partition_sources(self.bounds, self.spans, pieces)
+
+
+def partition_sources(
+    bounds: npt.NDArray[np.int64], spans: npt.NDArray[np.int64] | None, pieces: int
+) -> list[list[int]]:
+    """The pieces whose span of positions meets each partition, in piece order.
+
+    A piece of rows holds values for the one or two row partitions it meets, so a CSR layout
+    of row blocks waits for those pieces alone, not for all of them (and the shuffle's memory
+    is that of the partitions in flight). Without spans, or for a partition no piece meets
+    (it holds no value), every piece.
+    """
+    everyone = list(range(pieces))
+    if spans is None:
+        return [everyone] * (len(bounds) - 1)
+    first, last = spans[:, 0], spans[:, 1]
+    found = []
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        meets = np.flatnonzero((first < hi) & (last >= lo)).tolist()
+        found.append(meets or everyone)
+    return found
 
 
 def _dtypes(dtype: np.dtype[Any], width: np.dtype[Any]) -> dict[str, np.dtype[Any]]:
@@ -240,13 +274,15 @@ def plan_layout(
     chunk: int | None = None,
     byte_addressable: bool = False,
     shard: int | None = None,
+    spans: npt.NDArray[np.int64] | None = None,
 ) -> LayoutPlan:
     """Plan the layout making ``indexed_axis`` contiguous, given values per position.
 
     ``partition_values`` is how many values a partition should hold (the memory bound of a sort
     task); ``chunk`` overrides the elements per zarr chunk; ``byte_addressable`` writes each array
     as one chunk; ``shard`` puts that many elements in one object (:func:`shard_sizes`), and then
-    every write task writes whole shards.
+    every write task writes whole shards; ``spans`` is each input piece's first and last
+    position along ``indexed_axis``, which the count pass found.
     """
     shape = tuple(int(size) for size in shape)
     order = tuple(int(axis) for axis in index_order)
@@ -280,6 +316,7 @@ def plan_layout(
             "indptr": regions_over(_indptr_cuts(bounds), units["indptr"]),
         },
         shards=shards,
+        spans=None if spans is None else np.asarray(spans, dtype=np.int64).reshape(-1, 2),
     )
 
 

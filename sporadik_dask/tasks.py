@@ -32,6 +32,7 @@ OPEN_ARRAYS = 64
 
 __all__ = [
     "ArrayRef",
+    "Counted",
     "Merged",
     "Part",
     "Piece",
@@ -48,6 +49,7 @@ __all__ = [
     "split_by_cell",
     "split_piece",
     "take",
+    "tally",
     "write_array",
     "write_region",
 ]
@@ -81,6 +83,16 @@ class Runs(NamedTuple):
     indptr: npt.NDArray[Any]
 
 
+class Counted(NamedTuple):
+    """Values per position along each counted axis, over one piece or a run of pieces."""
+
+    #: One count array per counted axis.
+    counts: tuple[npt.NDArray[np.int64], ...]
+    #: ``spans[i, k]`` is the first and last position piece ``i`` holds along counted axis ``k``
+    #: (``(length, -1)`` for an empty piece), shape ``(pieces, axes, 2)``.
+    spans: npt.NDArray[np.int64]
+
+
 class Tally(NamedTuple):
     """What the count pass finds: values per position along each counted axis, and repeats."""
 
@@ -88,6 +100,9 @@ class Tally(NamedTuple):
     counts: tuple[npt.NDArray[np.int64], ...]
     #: How many values named a cell another value already named (merged coordinate columns).
     repeats: int
+    #: The positions each piece spans along each counted axis, as :attr:`Counted.spans`: a
+    #: partition gathers parts from the pieces whose span meets it, and no others.
+    spans: npt.NDArray[np.int64]
 
 
 class Merged(NamedTuple):
@@ -277,14 +292,26 @@ def frame_piece(
     return checked_columns(shape, data, *coords)
 
 
-def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> tuple[Any, ...]:
-    """Values per position along each ``(axis, length)``."""
-    return tuple(np.bincount(piece.coords[axis], minlength=length) for axis, length in extents)
+def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> Counted:
+    """Values per position along each ``(axis, length)``, and the positions the piece spans."""
+    spans = np.empty((1, len(extents), 2), dtype=np.int64)
+    for k, (axis, length) in enumerate(extents):
+        column = piece.coords[axis]
+        spans[0, k] = (column.min(), column.max()) if column.size else (length, -1)
+    counts = tuple(np.bincount(piece.coords[axis], minlength=length) for axis, length in extents)
+    return Counted(counts, spans)
 
 
-def add_counts(*counts: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Element-wise sum of count tuples."""
-    return tuple(np.sum(column, axis=0) for column in zip(*counts, strict=True))
+def add_counts(*counted: Counted) -> Counted:
+    """Element-wise sum of counts; spans joined in piece order."""
+    columns = zip(*(c.counts for c in counted), strict=True)
+    counts = tuple(np.sum(column, axis=0) for column in columns)
+    return Counted(counts, np.concatenate([c.spans for c in counted]))
+
+
+def tally(counted: Counted, repeats: int) -> Tally:
+    """The count pass's result."""
+    return Tally(counted.counts, repeats, counted.spans)
 
 
 def split_piece(

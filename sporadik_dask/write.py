@@ -160,7 +160,7 @@ def plan_source(
             "shard= and byte_addressable=True contradict each other: a byte-addressable array "
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
-    counts, repeats = count_graph(source.pieces, source.shape, axes).compute()
+    counts, repeats, spans = count_graph(source.pieces, source.shape, axes).compute()
     if repeats and duplicates == "refuse":
         raise LayoutError(
             f"{repeats} values name a cell another value already names. With duplicates='refuse' "
@@ -179,8 +179,9 @@ def plan_source(
             chunk=chunk,
             byte_addressable=byte_addressable,
             shard=shard,
+            spans=spans[:, k],
         )
-        for axis, column in zip(axes, counts, strict=True)
+        for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
     }
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sporadik_dask.plan import partition_bounds, plan_layout, regions_over
+from sporadik_dask.plan import partition_bounds, partition_sources, plan_layout, regions_over
 
 
 @given(
@@ -145,3 +147,24 @@ def test_indptr_is_written_by_its_partitions_in_whole_shards_each_element_once(
             assert owned[p] + lo == region.start + filled
             filled += hi - lo
         assert filled == region.stop - region.start
+
+
+@given(
+    spans=st.lists(
+        st.one_of(st.tuples(st.integers(0, 30), st.integers(0, 30)), st.just((31, -1))),
+        min_size=1,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(1, 30), max_size=6),
+)
+def test_a_partition_gathers_from_exactly_the_pieces_whose_span_meets_it(
+    spans: list[tuple[int, int]], cuts: list[int]
+) -> None:
+    # (31, -1) is an empty piece's span over 31 positions.
+    spans = [(min(a, b), max(a, b)) if b >= 0 else (a, b) for a, b in spans]
+    bounds = np.unique([0, *cuts, 31]).astype(np.int64)
+    found = partition_sources(bounds, np.array(spans, dtype=np.int64), len(spans))
+    for (lo, hi), pieces in zip(itertools.pairwise(bounds.tolist()), found, strict=True):
+        meets = [i for i, (a, b) in enumerate(spans) if b >= 0 and a < hi and b >= lo]
+        assert pieces == (meets or list(range(len(spans))))
+    assert partition_sources(bounds, None, 3) == [[0, 1, 2]] * (len(bounds) - 1)

@@ -59,7 +59,7 @@ def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None
     assert all(len(task) - 1 <= graph.COUNT_FAN_IN for task in adds)
     # 70 counts -> 9 -> 2 -> 1.
     assert sorted({key[1] for key in layer if key != "c"}) == [0, 1, 2, 3]
-    assert layer["c"][0] is tasks.Tally
+    assert layer["c"][0] is tasks.tally
 
 
 def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> None:
@@ -202,6 +202,27 @@ def test_the_graph_a_write_sends_to_a_scheduler_grows_no_faster_than_its_values(
     assert partitions[0] >= 8 and partitions[2] >= 3 * partitions[0]
     assert sizes[1] <= 2 * sizes[0] + 2_048
     assert sizes[2] <= 2 * sizes[1] + 2_048
+
+
+def test_a_layout_of_row_blocks_sorts_each_row_partition_from_the_blocks_it_meets_alone(
+    tmp_path: Path,
+) -> None:
+    # Rows of 50 a block, partitions of about 50 rows: each row partition waits for one or two
+    # blocks (so the CSR layout of a CSR input streams), each column partition for every block.
+    x = counts_matrix(cells=400, genes=60, density=0.2, rows_per_chunk=50)
+    write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False, partition_bytes=4_000)
+    assert isinstance(write, sd.StoreWrite)
+    layer = dict(write.__dask_graph__())
+    sorts = {axis: [k for k in layer if k[0].endswith(f"-{axis}-sort")] for axis in (0, 1)}
+    assert len(sorts[0]) >= 6 and len(sorts[1]) >= 2
+    blocks = len(x.chunks[0])
+    for axis, gathered in ((0, (1, 2)), (1, (blocks,))):
+        for key in sorts[axis]:
+            parts = [a for a in layer[key] if isinstance(a, tuple) and a in layer]
+            assert len(parts) in gathered
+    write.compute()
+    stored = sd.from_sporadik(tmp_path / "a.zarr").compute()
+    np.testing.assert_array_equal(stored.todense(), x.compute().todense())
 
 
 def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
