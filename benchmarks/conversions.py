@@ -1,6 +1,6 @@
 """``convert`` of a transcript table and of .h5ad files, side by side with pyarrow + scipy.
 
-    .venv/bin/python benchmarks/conversions.py
+    .venv/bin/python benchmarks/conversions.py --held
     .venv/bin/python benchmarks/conversions.py --rows 2000000 --values 1000000 2000000  # quick
 
 Generates, once, under ``--work``: a transcript Parquet table like a spatial platform's (one row
@@ -9,7 +9,8 @@ skewed: log-normal cell sizes, Zipf gene expression, rows in random order) and o
 ``--values`` (float32 CSR, 20,000 genes, ~5 % dense). Then runs, each in a fresh process whose
 whole process tree's RSS is sampled every 50 ms:
 
-- ``sporadik-dask convert`` on the threaded scheduler (both layouts, default chunking);
+- ``sporadik-dask convert`` on the threaded scheduler (both layouts, default chunking), and with
+  ``--held`` the same with its shuffle parts held in memory, not spilled to local disk;
 - the same count in memory with pyarrow + scipy: the table read with pyarrow, each string column
   dictionary-encoded, its sorted dictionary the axis, ``coo_matrix(...).tocsr()`` and
   ``.tocsc()`` (repeats summed); for an .h5ad, ``anndata.read_h5ad`` and ``X.tocsc()``.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -139,12 +141,18 @@ def _child(route: str, source: str) -> None:
 # -- measuring -------------------------------------------------------------------------------
 
 
-def measure(command: list[str]) -> dict[str, Any]:
+def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``command``; its wall time, the peak RSS of its process tree, and its last line."""
     import psutil
 
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     peak = 0
     done = threading.Event()
 
@@ -175,10 +183,16 @@ def measure(command: list[str]) -> dict[str, Any]:
     return {"seconds": seconds, "peak": peak, "last": last}
 
 
-def convert(source: Path, output: Path, *flags: str) -> dict[str, Any]:
+#: ``convert`` with its shuffle parts held in memory on threads (``sporadik.spill-bytes`` -1).
+HELD = {"DASK_SPORADIK__SPILL_BYTES": "-1"}
+
+
+def convert(
+    source: Path, output: Path, *flags: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     shutil.rmtree(output, ignore_errors=True)
     command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(source), str(output)]
-    measured = measure([*command, *flags])
+    measured = measure([*command, *flags], env)
     from sporadik_dask import describe
 
     measured["nnz"] = describe(str(output)).nnz
@@ -209,6 +223,11 @@ def main() -> None:
         help="values of each generated .h5ad (none: skip the .h5ad runs)",
     )
     parser.add_argument("--repeat", type=int, default=2, help="runs of each, side by side")
+    parser.add_argument(
+        "--held",
+        action="store_true",
+        help="also convert each .h5ad with its shuffle parts held in memory (no spilling)",
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-conv")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-publish", action="store_true", help="print, leave the docs alone")
@@ -255,6 +274,9 @@ def main() -> None:
             what = f".h5ad, {values:,} values"
             record(what, "anndata + scipy, in memory", in_memory("scipy-h5ad", path))
             record(what, "sporadik-dask convert", convert(path, out, "--quiet"))
+            if args.held:
+                held = convert(path, out, "--quiet", env=HELD)
+                record(what, "sporadik-dask convert, parts held in memory", held)
 
     lines = [
         BEGIN,
@@ -267,7 +289,8 @@ def main() -> None:
         f"{args.rows:,} rows of (`cell_id`, `gene`) strings over {args.cells:,} cells x "
         f"{args.genes} genes (log-normal cell sizes, Zipf genes, random order); each .h5ad is "
         f"float32 CSR over {H5AD_GENES:,} genes. `convert` writes both layouts; the in-memory "
-        "route builds CSR and CSC and writes nothing.",
+        "route builds CSR and CSC and writes nothing; *parts held in memory* is `convert` with "
+        "`sporadik.spill-bytes` -1 (nothing spilled to local disk).",
         "",
         "| input | route | wall s | peak RSS GiB | values |",
         "|---|---|---|---|---|",

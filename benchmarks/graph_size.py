@@ -81,7 +81,7 @@ def measure(factor: int) -> dict[str, Any]:
         axis: {name: ArrayRef.of(a) for name, a in create_layout(layouts, plan, False).items()}
         for axis, plan in plans.items()
     }
-    graph, keys = write_graph(pieces_of_blocks(x), plans, arrays)
+    graph, keys, _ = write_graph(pieces_of_blocks(x), plans, arrays)
     write = StoreWrite(graph, keys, layouts.store, None, "memory")  # type: ignore[arg-type]
     size = serialized_bytes(write.written())  # before anything here reads the layers
     tasks = len(dict(graph))

@@ -16,6 +16,7 @@ scheduler, not sent by the client.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from operator import getitem
@@ -32,6 +33,7 @@ from dask.highlevelgraph import Layer as DaskLayer
 from sporadik_dask import tasks
 from sporadik_dask.plan import LayoutPlan, WritePlan
 from sporadik_dask.spec import MAXIMA, LayoutGeometry
+from sporadik_dask.spill import directory_for
 
 if TYPE_CHECKING:
     from sporadik_dask.read.reader import StoreReader
@@ -497,33 +499,44 @@ def write_graph(
     pieces: Pieces,
     plans: Mapping[int, LayoutPlan],
     arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
-) -> tuple[HighLevelGraph, list[Key]]:
-    """The graph writing every zarr chunk of every planned layout, and the keys of its writes.
+    spilled: Set[int] = frozenset(),
+) -> tuple[HighLevelGraph, list[Key], str | None]:
+    """The graph writing every zarr chunk of every planned layout, the keys of its writes, and
+    the directory the ``spilled`` layouts' parts go to off a distributed worker (or None).
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
     write the same bytes to the same arrays. The layer is :class:`Deferred`: its tasks are made
     where it is read, from the pieces' keys, the :class:`~sporadik_dask.plan.WritePlan` s and the
-    arrays.
+    arrays. The spill directory is this write's own (:mod:`sporadik_dask.spill`), so removing it
+    never touches another pending write's parts.
     """
     targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
-    name = f"sporadik-write-{tokenize(pieces.keys, dict(sorted(plans.items())), targets)}"
+    token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, sorted(spilled))
+    name = f"sporadik-write-{token}"
+    directory = directory_for(f"{token}-{uuid.uuid4().hex[:8]}") if spilled else None
     layouts = {
-        axis: (f"{name}-{axis}", plan.for_write(), arrays[axis]) for axis, plan in plans.items()
+        axis: (
+            f"{name}-{axis}",
+            plan.for_write(),
+            arrays[axis],
+            directory if axis in spilled else None,
+        )
+        for axis, plan in plans.items()
     }
     writes = [key for found in layouts.values() for _, key in _write_keys(found[0], found[1])]
     layer = Deferred(_write_layers, tuple(pieces.keys), layouts)
-    return _extend(pieces.graph, name, layer), writes
+    return _extend(pieces.graph, name, layer), writes, directory
 
 
 def _write_layers(
     pieces: Sequence[Key],
-    layouts: Mapping[int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef]]],
+    layouts: Mapping[int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], str | None]],
 ) -> Layer:
     """Pure: every layout's :func:`_write_layer`, in one layer."""
     layer: Layer = {}
-    for name, plan, arrays in layouts.values():
-        layer.update(_write_layer(name, pieces, plan, arrays))
+    for name, plan, arrays, spill_to in layouts.values():
+        layer.update(_write_layer(name, pieces, plan, arrays, spill_to))
     return layer
 
 
@@ -537,13 +550,18 @@ def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
 
 
 def _write_layer(
-    name: str, pieces: Sequence[Key], plan: WritePlan, arrays: Mapping[str, tasks.ArrayRef]
+    name: str,
+    pieces: Sequence[Key],
+    plan: WritePlan,
+    arrays: Mapping[str, tasks.ArrayRef],
+    spill_to: str | None = None,
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
        :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``;
        a partition gathers from the pieces whose span meets it (:meth:`WritePlan.sources`).
+       With ``spill_to``, the split parts go to files there, off a distributed worker.
     2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
        partitions that fill it, and write its whole zarr chunks (or shards) in one task.
     3. With no position there is no partition: write ``indptr``, ``[0]``.
@@ -567,6 +585,7 @@ def _write_layer(
         plan.index_shape,
         plan.bounds,
         plan.index_dtype,
+        spill_to,
     )
     sources = plan.sources(len(pieces))
     runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)

@@ -24,6 +24,7 @@ from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError, SporadikError
 from sporadik_dask.kernels import sort_by_key
 from sporadik_dask.spec import check_indices
+from sporadik_dask.spill import SpilledPart, gather, on_worker, write_parts
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -321,11 +322,13 @@ def split_piece(
     index_shape: Sequence[int],
     bounds: npt.NDArray[np.int64],
     index_dtype: npt.DTypeLike,
-) -> list[Part]:
+    spill_to: str | None = None,
+) -> list[Part] | list[SpilledPart]:
     """Split one piece's values by the partition their position along ``axis`` falls in.
 
     Positions and indices are narrowed to the layout's index width here, so every later copy
-    moves half the bytes of int64 when the layout is int32.
+    moves half the bytes of int64 when the layout is int32. With ``spill_to`` (a directory),
+    off a distributed worker, the parts go to one file there and what is returned says where.
     """
     coords, data = piece
     width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
@@ -336,6 +339,8 @@ def split_piece(
     counts = np.bincount(which, minlength=len(bounds) - 1)
     pairs, data = sort_by_key(which, counts, pairs, data)
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
+    if spill_to is not None and not on_worker():
+        return write_parts(spill_to, pairs, data, edges)
     return [Part(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
 
 
@@ -356,7 +361,7 @@ def sort_partition(
     extent: int,
     index_dtype: npt.DTypeLike,
     values: tuple[int, int],
-    *parts: Part,
+    *parts: Part | SpilledPart,
 ) -> Runs:
     """One partition's runs: its values sorted by (position, index), their maxima and offsets.
 
@@ -364,16 +369,16 @@ def sort_partition(
     the partition's slice of ``indptr`` is made here from its own counts, so the client never
     sends ``indptr`` (4 bytes a position) in the graph.
 
-    1. Concatenate the parts (in piece order) and counting-sort them by position: O(n), and
-       stable, so pieces that arrive in C order leave each run already sorted by index.
+    1. Join the parts (in piece order; spilled ones read from disk into place) and
+       counting-sort them by position: O(n), and stable, so pieces that arrive in C order leave
+       each run already sorted by index.
     2. Refuse a partition holding other than the planned number of values: the count pass read
        another input than this pass, and every later offset would be wrong.
     3. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
     4. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
     5. Take each position's largest absolute value and offset.
     """
-    pairs = np.concatenate([part.pairs for part in parts], axis=1)
-    data = np.concatenate([part.data for part in parts])
+    pairs, data = gather(parts)
     first, last = values
     if data.shape[0] != last - first:
         raise LayoutError(

@@ -6,6 +6,7 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any, Literal, overload
@@ -17,7 +18,8 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.typing import Key
 
-from sporadik_dask.budgets import partition_values
+from sporadik_dask import spill
+from sporadik_dask.budgets import partition_values, spills
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import LayoutError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
@@ -56,7 +58,15 @@ class StoreWrite(DaskMethodsMixin):
     still only after every chunk write has returned.
     """
 
-    __slots__ = ("_block", "_graph", "_keys", "_location", "_name", "_store")
+    __slots__ = (
+        "_block",
+        "_graph",
+        "_keys",
+        "_location",
+        "_name",
+        "_spill",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -65,10 +75,13 @@ class StoreWrite(DaskMethodsMixin):
         store: Any,
         block: Block,
         location: str,
+        spill_to: str | None = None,
     ) -> None:
         self._graph, self._keys, self._store = graph, keys, store
-        self._block, self._location = block, location
+        self._block, self._location, self._spill = block, location, spill_to
         self._name: str = list(graph.layers)[-1]
+        if spill_to is not None:  # a write computed by dask.compute, or never, leaves no parts
+            weakref.finalize(self, spill.remove, spill_to)
 
     def __dask_graph__(self) -> HighLevelGraph:
         return self._graph
@@ -83,7 +96,7 @@ class StoreWrite(DaskMethodsMixin):
         return (type(self).__name__, self._name)
 
     def __dask_postcompute__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _commit, (self._store, self._block, self._location)
+        return _commit, (self._store, self._block, self._location, self._spill)
 
     def __dask_postpersist__(self) -> tuple[Any, tuple[Any, ...]]:
         raise NotImplementedError("A store write is computed, not persisted.")
@@ -107,11 +120,14 @@ class StoreWrite(DaskMethodsMixin):
 
     def commit(self) -> StoreDescription:
         """Write the block; call only once :meth:`written` has finished without error."""
-        return _commit(None, self._store, self._block, self._location)
+        return _commit(None, self._store, self._block, self._location, self._spill)
 
     def compute(self, **kwargs: Any) -> StoreDescription:
         """Write every chunk on the active scheduler, then commit the block from this process."""
-        self.written().compute(**kwargs)
+        try:
+            self.written().compute(**kwargs)
+        finally:
+            spill.remove(self._spill)
         return self.commit()
 
     def __repr__(self) -> str:
@@ -123,8 +139,11 @@ def _written(results: list[None]) -> int:
     return len(results)
 
 
-def _commit(results: Any, store: Any, block: Block, location: str) -> StoreDescription:
-    """Write the block, last, and describe what it now says."""
+def _commit(
+    results: Any, store: Any, block: Block, location: str, spill_to: str | None = None
+) -> StoreDescription:
+    """Remove the write's spilled parts, write the block, last, and describe what it now says."""
+    spill.remove(spill_to)
     root = zarr.open_group(store, mode="r+", zarr_format=3)
     root.attrs[BLOCK_KEY] = block.to_json()
     return replace(describe(store), location=location)
@@ -394,8 +413,9 @@ def _write(
         }
         for axis, plan in plans.items()
     }
-    graph, keys = write_graph(source.pieces, plans, arrays)
-    write = StoreWrite(graph, keys, layouts.store, block, location)
+    spilled = {axis for axis, plan in plans.items() if spills(plan)}
+    graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled)
+    write = StoreWrite(graph, keys, layouts.store, block, location, spill_to)
     if compute:
         description: StoreDescription = write.compute()
         return description

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -51,6 +52,27 @@ def test_a_cluster_makes_a_write_s_shuffle_tasks_on_the_scheduler_not_the_client
     assert not layer.is_materialized()
     write.compute()
     assert not layer.is_materialized()
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+
+
+def test_a_cluster_keeps_shuffle_parts_in_its_workers_where_distributed_spills_them(
+    tmp_path: Path, client: Client
+) -> None:
+    # Even told to spill every layout, a worker returns its parts: a file on one worker's disk
+    # could not be read by the worker running the sort.
+    dense = random_dense(np.random.default_rng(6), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with dask.config.set({"sporadik.spill-bytes": 0, "temporary-directory": str(scratch)}):
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
+        assert isinstance(write, sd.StoreWrite) and write._spill is not None
+        with get_task_stream(client) as stream:
+            client.compute(write.written()).result()
+    assert any("-sort-split" in str(task["key"]) for task in stream.data)
+    assert list(scratch.iterdir()) == []  # before the commit, which would remove any
+    write.commit()
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 

@@ -121,9 +121,9 @@ def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
-    _, first = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
-    _, second = graph.write_graph(found, plans, _targets(tmp_path / "b.zarr", plans))
-    _, again = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    _, first, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    _, second, _ = graph.write_graph(found, plans, _targets(tmp_path / "b.zarr", plans))
+    _, again, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
     assert not set(first) & set(second)
     assert first == again
 
@@ -133,8 +133,8 @@ def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
 ) -> None:
     dense, found = pieces
     small, large = _plans(dense, 16), _plans(dense, 64)
-    _, first = graph.write_graph(found, small, _targets(tmp_path / "a.zarr", small))
-    _, second = graph.write_graph(found, large, _targets(tmp_path / "a.zarr", large))
+    _, first, _ = graph.write_graph(found, small, _targets(tmp_path / "a.zarr", small))
+    _, second, _ = graph.write_graph(found, large, _targets(tmp_path / "a.zarr", large))
     assert not set(first) & set(second)
 
 
@@ -143,7 +143,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
-    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
 
     def arguments(task: object) -> Iterator[object]:
         if isinstance(task, tuple | list):
@@ -164,7 +164,7 @@ def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
-    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
     layer = built.layers[list(built.layers)[-1]]
     for key in writes:
         func, *args = layer[key]
@@ -230,7 +230,7 @@ def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
-    built, writes = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
     layer = built.layers[list(built.layers)[-1]]
     assert isinstance(layer, graph.Deferred) and not layer.is_materialized()
     before = len(pickle.dumps(layer))

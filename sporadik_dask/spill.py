@@ -1,0 +1,144 @@
+"""A write's shuffle parts kept on local disk, for the schedulers that cannot spill them.
+
+A layout whose partitions gather from every piece (the CSC layout of row blocks) holds every
+value's part, 12 bytes a value, until its first sort runs. A ``dask.distributed`` worker spills
+what it holds past its memory target; the threaded, synchronous and process schedulers hold it
+all, so a threaded write grew with the values. Above ``sporadik.spill-bytes`` of such parts,
+each split task writes its piece's parts to one file of the write's spill directory and returns
+where each part lies; the sort task reads its parts straight into the arrays it sorts. On a
+distributed worker the same task keeps its parts in memory, where distributed's own spilling
+(and its transfers between workers) apply: a worker's local file would not be readable by the
+worker running the sort.
+
+The directory lies under dask's ``temporary-directory`` (else the system's), is made by the
+first split that needs it and is removed by :func:`remove` once the write has finished or failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SpilledPart", "directory_for", "gather", "on_worker", "remove", "write_parts"]
+
+
+class SpilledPart(NamedTuple):
+    """Where one piece's part for one partition lies in that piece's spill file.
+
+    The file holds the piece's position row, its index row and its values, each ``length``
+    elements, in that order, every part a slice ``lo:hi`` of each.
+    """
+
+    path: str
+    length: int
+    lo: int
+    hi: int
+    pairs_dtype: str
+    data_dtype: str
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+def directory_for(token: str) -> str:
+    """The spill directory of the write named ``token``: under dask's ``temporary-directory``."""
+    import dask.config
+
+    base = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    return os.path.join(base, f"sporadik-parts-{token}")
+
+
+def on_worker() -> bool:
+    """Whether this task runs on a ``dask.distributed`` worker (never imports distributed)."""
+    worker = sys.modules.get("distributed.worker")
+    if worker is None:
+        return False
+    try:
+        worker.get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+def write_parts(
+    directory: str, pairs: npt.NDArray[Any], data: npt.NDArray[Any], edges: Sequence[int]
+) -> list[SpilledPart]:
+    """Write a piece's sorted ``pairs`` and ``data`` to one new file; part ``p`` is
+    ``edges[p]:edges[p + 1]``. A retried task writes a file of its own."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.parts")
+    pairs = np.ascontiguousarray(pairs)
+    data = np.ascontiguousarray(data)
+    with open(path, "wb") as file:
+        file.write(pairs.data.cast("B"))
+        file.write(data.data.cast("B"))
+    length = data.shape[0]
+    return [
+        SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str)
+        for lo, hi in itertools.pairwise(edges)
+    ]
+
+
+def gather(parts: Sequence[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Every part's pairs and values joined in order, read from disk straight into place for a
+    :class:`SpilledPart` and copied for a part in memory."""
+    total = sum(_size(part) for part in parts)
+    first = parts[0]
+    if isinstance(first, SpilledPart):
+        pairs_dtype, data_dtype = np.dtype(first.pairs_dtype), np.dtype(first.data_dtype)
+    else:
+        pairs_dtype, data_dtype = first.pairs.dtype, first.data.dtype
+    pairs = np.empty((2, total), dtype=pairs_dtype)
+    data = np.empty(total, dtype=data_dtype)
+    at = 0
+    for part in parts:
+        end = at + _size(part)
+        if isinstance(part, SpilledPart):
+            _read(part, pairs[:, at:end], data[at:end])
+        else:
+            pairs[:, at:end], data[at:end] = part.pairs, part.data
+        at = end
+    return pairs, data
+
+
+def _size(part: Any) -> int:
+    return part.size if isinstance(part, SpilledPart) else int(part.data.shape[0])
+
+
+def _read(part: SpilledPart, pairs: npt.NDArray[Any], data: npt.NDArray[Any]) -> None:
+    row = part.length * pairs.itemsize
+    with open(part.path, "rb", buffering=0) as file:
+        for r in range(2):
+            _read_at(file, r * row + part.lo * pairs.itemsize, pairs[r])
+        _read_at(file, 2 * row + part.lo * data.itemsize, data)
+
+
+def _read_at(file: Any, offset: int, out: npt.NDArray[Any]) -> None:
+    """Fill ``out`` (contiguous) from ``offset``; a short read means the file was cut."""
+    view = out.data.cast("B")
+    file.seek(offset)
+    got = 0
+    while got < len(view):
+        n = file.readinto(view[got:])
+        if not n:
+            raise OSError(
+                f"The spill file {file.name} ended {len(view) - got} bytes early; something "
+                "removed or truncated the write's spill directory while it ran."
+            )
+        got += n
+
+
+def remove(directory: str | None) -> None:
+    """Remove a write's spill directory, if it was made."""
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)

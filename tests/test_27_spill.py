@@ -1,0 +1,150 @@
+"""Shuffle parts spilled to local disk on the local schedulers: the same bytes as parts held in
+memory, read back from the files the splits wrote, and no file left once a write has finished or
+failed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+from dask.callbacks import Callback
+from zarr.storage import LocalStore
+
+import sporadik_dask as sd
+from sporadik_dask import spill, tasks
+from sporadik_dask.budgets import spills
+from sporadik_dask.sources import source_of
+from sporadik_dask.synthetic import counts_matrix
+from sporadik_dask.write import plan_source
+from tests.helpers import RecordingStore, random_dense
+
+
+def _chunk_files(path: Path) -> dict[str, bytes]:
+    return {
+        file.relative_to(path).as_posix(): file.read_bytes()
+        for file in sorted((path / "layouts").rglob("*"))
+        if file.is_file()
+    }
+
+
+class _Splits(Callback):
+    """What every split task of a write returned, as it ran."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.found: list[Any] = []
+
+    def _posttask(self, key: Any, result: Any, *args: Any) -> None:
+        if isinstance(key, tuple) and str(key[0]).endswith("-sort-split"):
+            self.found.append(result)
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Path]:
+    """dask's temporary directory for the test, where spill directories are made."""
+    where = tmp_path / "scratch"
+    where.mkdir()
+    with dask.config.set({"temporary-directory": str(where)}):
+        yield where
+
+
+def _inputs(rank: int) -> tuple[Any, Any]:
+    shape = (90, 70) if rank == 2 else (20, 15, 12)
+    dense = random_dense(np.random.default_rng(rank), shape, 0.2)
+    chunks = tuple(max(s // 3, 1) for s in shape)
+    return dense, da.from_array(sparse.COO.from_numpy(dense), chunks=chunks, asarray=False)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync", "processes"])
+@pytest.mark.parametrize("rank", [2, 3])
+def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(
+    tmp_path: Path, scratch: Path, rank: int, scheduler: str
+) -> None:
+    dense, x = _inputs(rank)
+    with dask.config.set({"sporadik.spill-bytes": -1}):
+        sd.to_sporadik(x, tmp_path / "held.zarr", chunk=40, partition_bytes=3_000)
+    splits = _Splits()
+    with dask.config.set({"sporadik.spill-bytes": 0, "scheduler": scheduler}), splits:
+        sd.to_sporadik(x, tmp_path / "spilled.zarr", chunk=40, partition_bytes=3_000)
+    if scheduler != "processes":  # a callback sees the results of tasks run in this process
+        assert splits.found and all(
+            isinstance(part, spill.SpilledPart) for parts in splits.found for part in parts
+        )
+    assert _chunk_files(tmp_path / "held.zarr") == _chunk_files(tmp_path / "spilled.zarr")
+    stored = sd.from_sporadik(tmp_path / "spilled.zarr").compute()
+    np.testing.assert_array_equal(stored.todense(), dense)
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_write_that_fails_removes_its_spilled_parts(tmp_path: Path, scratch: Path) -> None:
+    _, x = _inputs(2)
+    store = RecordingStore(LocalStore(tmp_path / "s.zarr"), fail_on="layouts/axis1/data/c/1")
+    splits = _Splits()
+    with dask.config.set({"sporadik.spill-bytes": 0}), splits, pytest.raises(OSError):
+        sd.to_sporadik(x, store, chunk=32)
+    assert splits.found
+    assert list(scratch.iterdir()) == []
+
+
+def test_two_spilled_writes_in_one_dask_compute_remove_their_parts(
+    tmp_path: Path, scratch: Path
+) -> None:
+    dense, x = _inputs(2)
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        first = sd.to_sporadik(x, tmp_path / "a.zarr", chunk=16, compute=False)
+        second = sd.to_sporadik(x, tmp_path / "b.zarr", chunk=16, compute=False)
+        dask.compute(first, second)
+    assert list(scratch.iterdir()) == []
+    for name in ("a.zarr", "b.zarr"):
+        np.testing.assert_array_equal(sd.from_sporadik(tmp_path / name).compute().todense(), dense)
+
+
+def test_a_pending_write_dropped_uncomputed_leaves_no_spill_directory(
+    tmp_path: Path, scratch: Path
+) -> None:
+    _, x = _inputs(2)
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    # a split ran, then the write was dropped: its directory goes with it
+    made = write._spill
+    assert made is not None and made.startswith(str(scratch))
+    Path(made).mkdir()
+    (Path(made) / "x.parts").write_bytes(b"0")
+    del write
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_layout_spills_once_its_parts_would_pass_the_budget() -> None:
+    x = counts_matrix(cells=2_000, genes=100, density=0.2, rows_per_chunk=100)
+    plans = plan_source(
+        source_of(x),
+        (0, 1),
+        duplicates="sum",
+        chunk=None,
+        byte_addressable=False,
+        partition_bytes=40_000,
+    )
+    held = plans[1].nnz * 12  # int32 position and index, float32 value
+    for budget, spilled in ((held - 1, True), (held, False), (0, True), (-1, False)):
+        with dask.config.set({"sporadik.spill-bytes": budget}):
+            assert [spills(plan) for plan in plans.values()] == [spilled] * 2
+
+
+def test_a_cut_spill_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    pairs = np.arange(20, dtype=np.int32).reshape(2, 10)
+    data = np.arange(10, dtype=np.float32)
+    parts = spill.write_parts(str(tmp_path), pairs, data, [0, 4, 10])
+    joined = spill.gather([parts[1], tasks.Part(pairs[:, :4], data[:4])])
+    np.testing.assert_array_equal(joined[0], np.concatenate([pairs[:, 4:], pairs[:, :4]], axis=1))
+    np.testing.assert_array_equal(joined[1], np.r_[data[4:], data[:4]])
+    with open(parts[0].path, "r+b") as file:
+        file.truncate(60)
+    with pytest.raises(OSError, match="ended 20 bytes early"):
+        spill.gather([parts[1]])
