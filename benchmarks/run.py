@@ -3,7 +3,8 @@
     .venv/bin/pip install -e ".[bench]"
     .venv/bin/python benchmarks/run.py --sizes small full --repeats 3
 
-Contenders: ours (threads; a 2-worker cluster), the reference ``sporadik``, the scipy route,
+Contenders: ours (threads, its shuffle parts spilled to local disk or held in memory; sharded;
+a 2-worker cluster), the reference ``sporadik``, the scipy route,
 anndata (CSR written, converted to CSC, written), TileDB-SOMA (a SparseNDArray ingested), and the
 zarr floor.
 Each contender runs in a fresh process (so its memory is its own), on the same seeded input,
@@ -40,6 +41,7 @@ SIZES = {
 WRITERS = [
     "floor",
     "ours-threaded",
+    "ours-threaded-held",
     "ours-sharded",
     "ours-cluster",
     "scipy",
@@ -124,9 +126,14 @@ def _write(name: str, cache: Path, out: Path) -> float:
                 started = time.perf_counter()
                 sd.to_sporadik(x, out)
                 return time.perf_counter() - started
-        started = time.perf_counter()
-        sd.to_sporadik(x, out, shard=SHARD if name == "ours-sharded" else None)
-        return time.perf_counter() - started
+        # held: the shuffle's parts stay in memory, none spilled to local disk
+        spill = -1 if name == "ours-threaded-held" else None
+        import dask
+
+        with dask.config.set({"sporadik.spill-bytes": spill} if spill is not None else {}):
+            started = time.perf_counter()
+            sd.to_sporadik(x, out, shard=SHARD if name == "ours-sharded" else None)
+            return time.perf_counter() - started
     if name == "scipy":
         import scipy.sparse as sp
         import sporadik

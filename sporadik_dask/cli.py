@@ -48,12 +48,12 @@ def _running(scheduler: str | None, quiet: bool) -> Iterator[Progress]:
             def on_cluster(write: Any) -> Any:
                 if not isinstance(write, StoreWrite):  # nothing left to write
                     return write
-                future = client.compute(write.written())
+                futures = write.futures(client)
                 if show:
                     from distributed import progress
 
-                    progress(future)
-                future.result()
+                    progress(futures)
+                write.wait(client, futures)
                 return write.commit()
 
             yield on_cluster

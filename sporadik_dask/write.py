@@ -109,7 +109,8 @@ class StoreWrite(DaskMethodsMixin):
 
     def written(self) -> Delayed:
         """One task that finishes when every chunk write has returned, for a scheduler that
-        tracks its own futures (``client.compute``); :meth:`commit` comes after it."""
+        tracks its own futures (``client.compute``); :meth:`commit` comes after it.
+        :meth:`futures` orders the write better on a cluster."""
         barrier = f"{self._name}-written"
         layer: dict[Any, Any] = {barrier: (_written, list(self._keys))}
         graph = HighLevelGraph(
@@ -122,10 +123,47 @@ class StoreWrite(DaskMethodsMixin):
         """Write the block; call only once :meth:`written` has finished without error."""
         return _commit(None, self._store, self._block, self._location, self._spill)
 
-    def compute(self, **kwargs: Any) -> StoreDescription:
-        """Write every chunk on the active scheduler, then commit the block from this process."""
+    def futures(self, client: Any) -> list[Any]:
+        """Submit every chunk write to a ``distributed.Client``: one future per write, for
+        ``progress`` and ``wait``; :meth:`commit` once all have finished without error.
+
+        Unlike :meth:`written`, no task joins the writes, so the scheduler orders the write as
+        dask orders a graph of many outputs: a layout that streams (the CSR layout of row
+        blocks) sorts each partition as soon as its pieces are split. Given one task joining
+        every write, dask's order splits every piece before the first such sort, and every
+        part waits in memory (a .h5ad of 60 M values on threads, parts held: 2.5 GB peak
+        against 1.9 GB).
+        """
+        futures: list[Any] = client.get(self._graph, list(self._keys), sync=False)
+        return futures
+
+    @staticmethod
+    def wait(client: Any, futures: list[Any]) -> None:
+        """Wait for the writes :meth:`futures` submitted; on the first failure, cancel the rest
+        (a write still queued would otherwise go on writing into a store being retried or
+        overwritten) and raise it."""
         try:
-            self.written().compute(**kwargs)
+            client.gather(futures)
+        except BaseException:
+            client.cancel(futures)
+            raise
+
+    def compute(self, **kwargs: Any) -> StoreDescription:
+        """Write every chunk on the active scheduler, then commit the block from this process.
+
+        The writes are run as the graph's outputs, with no task joining them (see
+        :meth:`futures`); ``scheduler=`` and the local schedulers' options are dask's.
+        """
+        from dask.base import get_scheduler
+
+        options = dict(kwargs)
+        get = get_scheduler(scheduler=options.pop("scheduler", None)) or dask.threaded.get
+        client = getattr(get, "__self__", None)
+        try:
+            if client is not None and hasattr(client, "gather"):  # a distributed.Client's get
+                self.wait(client, self.futures(client))
+            else:
+                get(self._graph, list(self._keys), **options)
         finally:
             spill.remove(self._spill)
         return self.commit()

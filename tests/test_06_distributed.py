@@ -69,7 +69,9 @@ def test_a_cluster_keeps_shuffle_parts_in_its_workers_where_distributed_spills_t
         write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
         assert isinstance(write, sd.StoreWrite) and write._spill is not None
         with get_task_stream(client) as stream:
-            client.compute(write.written()).result()
+            futures = write.futures(client)
+            assert len(futures) == len(write.__dask_keys__())
+            write.wait(client, futures)
     assert any("-sort-split" in str(task["key"]) for task in stream.data)
     assert list(scratch.iterdir()) == []  # before the commit, which would remove any
     write.commit()

@@ -137,6 +137,40 @@ def test_a_layout_spills_once_its_parts_would_pass_the_budget() -> None:
             assert [spills(plan) for plan in plans.values()] == [spilled] * 2
 
 
+class _Starts(Callback):
+    """The order tasks of a write started in."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.keys: list[Any] = []
+
+    def _pretask(self, key: Any, *args: Any) -> None:
+        self.keys.append(key)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_a_local_write_sorts_a_streaming_partition_before_the_last_piece_is_read(
+    tmp_path: Path, scheduler: str
+) -> None:
+    # 30 row blocks, 6 CSR partitions of 5 or 6 blocks each. Run as the graph's outputs, dask
+    # sorts each CSR partition once its blocks are split (measured: after 6 to 7 blocks, then
+    # 11 to 12); with one task joining every write, after 22 to 23 blocks.
+    x = counts_matrix(cells=3_000, genes=100, density=0.2, rows_per_chunk=100)
+    write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False, partition_bytes=200_000)
+    assert isinstance(write, sd.StoreWrite)
+    starts = _Starts()
+    with dask.config.set({"sporadik.spill-bytes": -1, "scheduler": scheduler}), starts:
+        write.compute()
+    names = [str(key[0]) if isinstance(key, tuple) else str(key) for key in starts.keys]
+    pieces = [i for i, name in enumerate(names) if name.startswith("sporadik-pieces")]
+    csr = [i for i, name in enumerate(names) if name.endswith("-0-sort")]
+    assert len(pieces) == 30 and len(csr) == 6
+    read_before = [sum(piece < sort for piece in pieces) for sort in csr]
+    assert read_before[0] <= 10 and read_before[1] <= 15
+    stored = sd.from_sporadik(tmp_path / "a.zarr").compute()
+    np.testing.assert_array_equal(stored.todense(), x.compute().todense())
+
+
 def test_a_cut_spill_file_is_an_error_naming_it(tmp_path: Path) -> None:
     pairs = np.arange(20, dtype=np.int32).reshape(2, 10)
     data = np.arange(10, dtype=np.float32)
