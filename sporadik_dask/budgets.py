@@ -157,22 +157,28 @@ def balanced_blocks(layout: LayoutDescription, indptr: npt.NDArray[np.int64]) ->
 SPILL_BYTES = 2**28
 
 
-def spills(plan: LayoutPlan) -> bool:
-    """Whether a layout's shuffle parts go to disk when a local scheduler runs its write: when
-    they would pass ``sporadik.spill-bytes`` (:data:`SPILL_BYTES`; 0 spills every layout with
-    values, a negative value none).
+def spills(plan: LayoutPlan, pieces: int) -> bool:
+    """Whether a layout's shuffle parts go to disk when a local scheduler runs its write.
 
-    Even a layout whose partitions gather from a few pieces each (the CSR layout of row blocks)
-    spills: dask's order splits most pieces before the first sort that could free their parts.
-    Threads, 2 cores, float32 CSR .h5ad of 60 M values, 3 runs each: spilling both layouts
-    peaked at 1.02 to 1.31 GB, spilling the CSC layout alone at 1.43 to 1.59 GB, in the same
-    time (16.3 to 16.6 s against 15.5 to 17.8 s).
+    A partition's parts wait until the last piece it gathers from is split, so a layout holds
+    about its parts' bytes times the share of the pieces a partition gathers from: all of them
+    for the CSC layout of row blocks, a few for its CSR layout, whose partitions dask sorts as
+    their pieces are split. The parts spill when that passes ``sporadik.spill-bytes``
+    (:data:`SPILL_BYTES`; 0 spills every layout with values, a negative value none).
+
+    Threads, 2 cores, float32 CSR .h5ad of 60 M values, 2 runs each: spilling the CSC layout
+    alone peaked at 1.04 and 1.06 GB, spilling both at 0.84 and 0.88 GB, in the same time (13.1
+    and 13.3 s against 11.8 and 14.6 s); with the input in memory (89.6 M values), spilling
+    both cost 1.2 to 2.3 s of a 12 s write, twice the bytes to disk and back.
     """
     import dask.config
 
     budget = int(dask.config.get("sporadik.spill-bytes", SPILL_BYTES))
+    if budget < 0 or not plan.partitions or not pieces or not plan.nnz:
+        return False
     part = 2 * plan.index_dtype.itemsize + plan.dtype.itemsize
-    return budget >= 0 and plan.nnz * part > budget
+    share = sum(map(len, plan.for_write().sources(pieces))) / (plan.partitions * pieces)
+    return plan.nnz * part * share > budget
 
 
 def partition_values(dtype: np.dtype[Any], partition_bytes: int | None) -> int:

@@ -120,7 +120,8 @@ class StoreWrite(DaskMethodsMixin):
         return Delayed(barrier, graph)
 
     def commit(self) -> StoreDescription:
-        """Write the block; call only once :meth:`written` has finished without error."""
+        """Write the block; call only once every write (:meth:`futures`, or :meth:`written`) has
+        finished without error."""
         return _commit(None, self._store, self._block, self._location, self._spill)
 
     def futures(self, client: Any) -> list[Any]:
@@ -403,7 +404,9 @@ def to_sporadik(
     compute
         If False, return a :class:`StoreWrite`; computing it writes, then commits the block.
     partition_bytes
-        Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``.
+        Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``. On a
+        local scheduler, a layout's shuffle parts past ``sporadik.spill-bytes`` wait on local
+        disk rather than in memory (:mod:`sporadik_dask.spill`).
     columns, values
         For a dask DataFrame: its coordinate columns, one per axis, and its value column (without
         one, each row counts one). A column of names becomes a labelled axis, its sorted distinct
@@ -451,7 +454,8 @@ def _write(
         }
         for axis, plan in plans.items()
     }
-    spilled = {axis for axis, plan in plans.items() if spills(plan)}
+    pieces = len(source.pieces.keys)
+    spilled = {axis for axis, plan in plans.items() if spills(plan, pieces)}
     graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled)
     write = StoreWrite(graph, keys, layouts.store, block, location, spill_to)
     if compute:

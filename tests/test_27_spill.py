@@ -121,20 +121,27 @@ def test_a_pending_write_dropped_uncomputed_leaves_no_spill_directory(
     assert list(scratch.iterdir()) == []
 
 
-def test_a_layout_spills_once_its_parts_would_pass_the_budget() -> None:
+def test_the_csc_layout_of_row_blocks_spills_before_its_streaming_csr_layout() -> None:
+    # 20 row blocks: a CSR partition gathers from one or two of them, a CSC one from all 20.
     x = counts_matrix(cells=2_000, genes=100, density=0.2, rows_per_chunk=100)
+    source = source_of(x)
     plans = plan_source(
-        source_of(x),
+        source,
         (0, 1),
         duplicates="sum",
         chunk=None,
         byte_addressable=False,
         partition_bytes=40_000,
     )
-    held = plans[1].nnz * 12  # int32 position and index, float32 value
-    for budget, spilled in ((held - 1, True), (held, False), (0, True), (-1, False)):
+    pieces = len(source.pieces.keys)
+    held = plans[1].nnz * 12  # int32 position and index, float32 value: all of it waits
+    for budget, spilled in ((held - 1, [False, True]), (held, [False, False])):
         with dask.config.set({"sporadik.spill-bytes": budget}):
-            assert [spills(plan) for plan in plans.values()] == [spilled] * 2
+            assert [spills(plan, pieces) for plan in plans.values()] == spilled
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        assert [spills(plan, pieces) for plan in plans.values()] == [True, True]
+    with dask.config.set({"sporadik.spill-bytes": -1}):
+        assert [spills(plan, pieces) for plan in plans.values()] == [False, False]
 
 
 class _Starts(Callback):
