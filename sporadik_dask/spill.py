@@ -75,13 +75,23 @@ def write_parts(
 ) -> list[SpilledPart]:
     """Write a piece's sorted ``pairs`` and ``data`` to one new file; part ``p`` is
     ``edges[p]:edges[p + 1]``. A retried task writes a file of its own."""
-    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parts")
     pairs = np.ascontiguousarray(pairs)
     data = np.ascontiguousarray(data)
-    with open(path, "wb") as file:
-        file.write(pairs.data.cast("B"))
-        file.write(data.data.cast("B"))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(pairs.data.cast("B"))
+            file.write(data.data.cast("B"))
+    except OSError as failed:
+        raise OSError(
+            failed.errno,
+            f"Cannot spill the write's shuffle parts to {directory} ({failed.strerror}); they "
+            f"need {pairs.nbytes + data.nbytes:,} bytes for this piece, 12 bytes a value of a "
+            "float32 layout in all. Point dask's temporary-directory at a disk with room "
+            "(dask.config.set({'temporary-directory': ...})), or keep the parts in memory "
+            "with dask.config.set({'sporadik.spill-bytes': -1}).",
+        ) from failed
     length = data.shape[0]
     return [
         SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str)

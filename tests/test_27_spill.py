@@ -178,6 +178,14 @@ def test_a_local_write_sorts_a_streaming_partition_before_the_last_piece_is_read
     np.testing.assert_array_equal(stored.todense(), x.compute().todense())
 
 
+def test_a_spill_directory_that_cannot_be_written_says_what_to_set(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_bytes(b"")  # a file where the directory should be made
+    pairs, data = np.zeros((2, 3), dtype=np.int32), np.zeros(3, dtype=np.float32)
+    with pytest.raises(OSError, match=r"temporary-directory.*sporadik\.spill-bytes"):
+        spill.write_parts(str(blocked / "parts"), pairs, data, [0, 3])
+
+
 def test_a_cut_spill_file_is_an_error_naming_it(tmp_path: Path) -> None:
     pairs = np.arange(20, dtype=np.int32).reshape(2, 10)
     data = np.arange(10, dtype=np.float32)
