@@ -86,10 +86,10 @@ def write_parts(
     except OSError as failed:
         raise OSError(
             failed.errno,
-            f"Cannot spill the write's shuffle parts to {directory} ({failed.strerror}); they "
-            f"need {pairs.nbytes + data.nbytes:,} bytes for this piece, 12 bytes a value of a "
-            "float32 layout in all. Point dask's temporary-directory at a disk with room "
-            "(dask.config.set({'temporary-directory': ...})), or keep the parts in memory "
+            f"Cannot spill the write's shuffle parts to {directory} ({failed.strerror}); this "
+            f"piece's parts are {pairs.nbytes + data.nbytes:,} bytes (a float32 layout's are "
+            "12 bytes a value). Point dask's temporary-directory at a writable directory with "
+            "room (dask.config.set({'temporary-directory': ...})), or keep the parts in memory "
             "with dask.config.set({'sporadik.spill-bytes': -1}).",
         ) from failed
     length = data.shape[0]

@@ -21,7 +21,7 @@ from dask.typing import Key
 from sporadik_dask import spill
 from sporadik_dask.budgets import partition_values, spills
 from sporadik_dask.describe import StoreDescription, describe
-from sporadik_dask.errors import LayoutError, StoreNotFoundError
+from sporadik_dask.errors import IncompleteError, LayoutError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
@@ -60,6 +60,7 @@ class StoreWrite(DaskMethodsMixin):
 
     __slots__ = (
         "_block",
+        "_done",
         "_graph",
         "_keys",
         "_location",
@@ -80,6 +81,7 @@ class StoreWrite(DaskMethodsMixin):
         self._graph, self._keys, self._store = graph, keys, store
         self._block, self._location, self._spill = block, location, spill_to
         self._name: str = list(graph.layers)[-1]
+        self._done = False  # every chunk write seen to return, by compute or wait
         if spill_to is not None:  # a write computed by dask.compute, or never, leaves no parts
             weakref.finalize(self, spill.remove, spill_to)
 
@@ -119,9 +121,22 @@ class StoreWrite(DaskMethodsMixin):
         )
         return Delayed(barrier, graph)
 
-    def commit(self) -> StoreDescription:
-        """Write the block; call only once every write (:meth:`futures`, or :meth:`written`) has
-        finished without error."""
+    def commit(self, written: int | None = None) -> StoreDescription:
+        """Write the block, once :meth:`wait` (or :meth:`compute`) saw every chunk write return,
+        or given ``written``, the result of :meth:`written`'s future.
+
+        Refused otherwise: a block over chunks never written marks the store finished, and every
+        missing chunk would read as zeros.
+        """
+        if not self._done and written != len(self._keys):
+            raise IncompleteError(
+                f"No write of {self._location} is known to have finished"
+                + ("" if written is None else f" ({written} of {len(self._keys)} returned)")
+                + ": committing now would mark a store finished whose chunks may not exist, and "
+                "they would read as zeros. Call w.wait(client, w.futures(client)) or "
+                "w.compute() first, or pass the result of w.written(): "
+                "w.commit(client.compute(w.written()).result())."
+            )
         return _commit(None, self._store, self._block, self._location, self._spill)
 
     def futures(self, client: Any) -> list[Any]:
@@ -138,16 +153,21 @@ class StoreWrite(DaskMethodsMixin):
         futures: list[Any] = client.get(self._graph, list(self._keys), sync=False)
         return futures
 
-    @staticmethod
-    def wait(client: Any, futures: list[Any]) -> None:
+    def wait(self, client: Any, futures: list[Any]) -> None:
         """Wait for the writes :meth:`futures` submitted; on the first failure, cancel the rest
         (a write still queued would otherwise go on writing into a store being retried or
         overwritten) and raise it."""
+        if len(futures) != len(self._keys):
+            raise ValueError(
+                f"wait got {len(futures)} futures for {len(self._keys)} chunk writes; pass "
+                "what futures(client) returned, whole."
+            )
         try:
             client.gather(futures)
         except BaseException:
             client.cancel(futures)
             raise
+        self._done = True
 
     def compute(self, **kwargs: Any) -> StoreDescription:
         """Write every chunk on the active scheduler, then commit the block from this process.
@@ -165,6 +185,7 @@ class StoreWrite(DaskMethodsMixin):
                 self.wait(client, self.futures(client))
             else:
                 get(self._graph, list(self._keys), **options)
+                self._done = True
         finally:
             spill.remove(self._spill)
         return self.commit()

@@ -181,6 +181,24 @@ def test_compute_false_writes_nothing_until_computed_then_commits(tmp_path: Path
     np.testing.assert_array_equal(read_back(path), dense)
 
 
+def test_a_commit_before_the_writes_have_returned_is_refused_and_writes_no_block(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(14), (50, 40), 0.2)
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(_dask_sparse(dense, (20, 20)), path, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    with pytest.raises(sd.IncompleteError, match="read as zeros"):
+        write.commit()
+    with pytest.raises(sd.IncompleteError, match="3 of"):
+        write.commit(3)
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(path)  # still no block: the store refuses to open
+    count = write.written().compute()
+    assert write.commit(count).nnz == np.count_nonzero(dense)
+    np.testing.assert_array_equal(read_back(path), dense)
+
+
 def test_an_existing_store_is_refused_without_overwrite_and_replaced_with_it(
     tmp_path: Path,
 ) -> None:

@@ -71,6 +71,8 @@ def test_a_cluster_keeps_shuffle_parts_in_its_workers_where_distributed_spills_t
         with get_task_stream(client) as stream:
             futures = write.futures(client)
             assert len(futures) == len(write.__dask_keys__())
+            with pytest.raises(ValueError, match="pass what futures"):
+                write.wait(client, futures[:1])
             write.wait(client, futures)
     assert any("-sort-split" in str(task["key"]) for task in stream.data)
     assert list(scratch.iterdir()) == []  # before the commit, which would remove any
