@@ -100,6 +100,16 @@ def write_reference(
     return path
 
 
+def layout_files(path: Path) -> dict[str, bytes]:
+    """Every file under a store's ``layouts/``, by its path there: what two writes' bytes are
+    compared by."""
+    return {
+        file.relative_to(path).as_posix(): file.read_bytes()
+        for file in sorted((path / "layouts").rglob("*"))
+        if file.is_file()
+    }
+
+
 def edit_json(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
     """Edit one ``zarr.json`` by hand."""
     document = json.loads(path.read_text())

@@ -22,7 +22,15 @@ import zarr
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, labelled, random_dense, stored, zarr_array, zarr_group
+from tests.helpers import (
+    RecordingStore,
+    labelled,
+    layout_files,
+    random_dense,
+    stored,
+    zarr_array,
+    zarr_group,
+)
 
 
 def read_back(path: Path) -> npt.NDArray[Any]:
@@ -87,14 +95,6 @@ def test_scipy_input_reads_back_in_the_reference(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), matrix.toarray())
 
 
-def _chunk_files(path: Path) -> dict[str, bytes]:
-    return {
-        file.relative_to(path).as_posix(): file.read_bytes()
-        for file in sorted((path / "layouts").rglob("*"))
-        if file.is_file()
-    }
-
-
 @pytest.mark.parametrize("byte_addressable", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
 def test_rank_two_layouts_are_byte_identical_to_the_references(
@@ -105,7 +105,7 @@ def test_rank_two_layouts_are_byte_identical_to_the_references(
     x = _dask_sparse(dense, (64, 50))
     sd.to_sporadik(x, ours, byte_addressable=byte_addressable)
     sporadik.SparseArray.from_dense(dense).write(theirs, byte_addressable=byte_addressable)
-    assert _chunk_files(ours) == _chunk_files(theirs)
+    assert layout_files(ours) == layout_files(theirs)
 
 
 def test_rank_two_arrays_equal_what_anndata_writes(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_small_partitions_give_the_same_bytes_as_one(tmp_path: Path) -> None:
     x = _dask_sparse(dense, (40, 70))
     sd.to_sporadik(x, tmp_path / "one.zarr", chunk=100)
     sd.to_sporadik(x, tmp_path / "many.zarr", chunk=100, partition_bytes=2000)
-    assert _chunk_files(tmp_path / "one.zarr") == _chunk_files(tmp_path / "many.zarr")
+    assert layout_files(tmp_path / "one.zarr") == layout_files(tmp_path / "many.zarr")
 
 
 def test_the_root_document_with_the_block_is_the_last_object_written(tmp_path: Path) -> None:
@@ -448,7 +448,7 @@ def test_two_writes_in_one_dask_compute_both_complete(tmp_path: Path) -> None:
     assert (a.location, b.location) == (str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr"))
     np.testing.assert_array_equal(read_back(tmp_path / "a.zarr"), dense)
     np.testing.assert_array_equal(read_back(tmp_path / "b.zarr"), dense)
-    assert _chunk_files(tmp_path / "a.zarr") == _chunk_files(tmp_path / "b.zarr")
+    assert layout_files(tmp_path / "a.zarr") == layout_files(tmp_path / "b.zarr")
 
 
 def test_the_same_write_planned_twice_has_the_same_keys(tmp_path: Path) -> None:
@@ -524,4 +524,4 @@ def test_anndata_read_lazily_is_written_as_anndata_itself_would_write_it(
     assert isinstance(x._meta, sp.csr_matrix | sp.csr_array)
     sd.to_sporadik(x, tmp_path / "ours.zarr")
     sd.to_sporadik(dense, tmp_path / "dense.zarr")
-    assert _chunk_files(tmp_path / "ours.zarr") == _chunk_files(tmp_path / "dense.zarr")
+    assert layout_files(tmp_path / "ours.zarr") == layout_files(tmp_path / "dense.zarr")

@@ -116,6 +116,17 @@ def pieces() -> tuple[npt.NDArray[Any], graph.Pieces]:
     return dense, graph.pieces_of_blocks(x)
 
 
+def _write_layer(
+    path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> tuple[Any, list[Any]]:
+    """The write layer of ``pieces`` into a new store at ``path`` (chunks of 16), and its
+    writes' keys."""
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    built, writes, _ = graph.write_graph(found, plans, _targets(path, plans))
+    return built.layers[list(built.layers)[-1]], writes
+
+
 def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
     tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
@@ -141,9 +152,7 @@ def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
 def test_a_write_graph_holds_no_open_array_and_pickles_small(
     tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
-    dense, found = pieces
-    plans = _plans(dense, 16)
-    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
 
     def arguments(task: object) -> Iterator[object]:
         if isinstance(task, tuple | list):
@@ -152,7 +161,6 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
         else:
             yield task
 
-    layer = built.layers[list(built.layers)[-1]]
     found_args = [a for task in layer.values() for a in arguments(task)]
     assert not any(isinstance(a, zarr.Array) for a in found_args)
     assert sum(isinstance(a, tasks.ArrayRef) for a in found_args) == len(writes)
@@ -162,10 +170,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 def test_every_write_task_depends_only_on_slices_of_sorted_partitions(
     tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
-    dense, found = pieces
-    plans = _plans(dense, 16)
-    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
-    layer = built.layers[list(built.layers)[-1]]
+    layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
     for key in writes:
         func, *args = layer[key]
         assert func in (tasks.write_region, tasks.write_array)
@@ -228,10 +233,7 @@ def test_a_layout_of_row_blocks_sorts_each_row_partition_from_the_blocks_it_meet
 def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
     tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
 ) -> None:
-    dense, found = pieces
-    plans = _plans(dense, 16)
-    built, writes, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
-    layer = built.layers[list(built.layers)[-1]]
+    layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
     assert isinstance(layer, graph.Deferred) and not layer.is_materialized()
     before = len(pickle.dumps(layer))
     made = dict(layer)

@@ -22,15 +22,7 @@ from sporadik_dask.budgets import spills
 from sporadik_dask.sources import source_of
 from sporadik_dask.synthetic import counts_matrix
 from sporadik_dask.write import plan_source
-from tests.helpers import RecordingStore, random_dense
-
-
-def _chunk_files(path: Path) -> dict[str, bytes]:
-    return {
-        file.relative_to(path).as_posix(): file.read_bytes()
-        for file in sorted((path / "layouts").rglob("*"))
-        if file.is_file()
-    }
+from tests.helpers import RecordingStore, layout_files, random_dense
 
 
 class _Splits(Callback):
@@ -76,7 +68,7 @@ def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(
         assert splits.found and all(
             isinstance(part, spill.SpilledPart) for parts in splits.found for part in parts
         )
-    assert _chunk_files(tmp_path / "held.zarr") == _chunk_files(tmp_path / "spilled.zarr")
+    assert layout_files(tmp_path / "held.zarr") == layout_files(tmp_path / "spilled.zarr")
     stored = sd.from_sporadik(tmp_path / "spilled.zarr").compute()
     np.testing.assert_array_equal(stored.todense(), dense)
     assert list(scratch.iterdir()) == []
