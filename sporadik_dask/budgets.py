@@ -167,9 +167,10 @@ def spills(plan: LayoutPlan, pieces: int) -> bool:
     (:data:`SPILL_BYTES`; 0 spills every layout with values, a negative value none).
 
     Threads, 2 cores, float32 CSR .h5ad of 60 M values, 2 runs each: spilling the CSC layout
-    alone peaked at 1.04 and 1.06 GB, spilling both at 0.84 and 0.88 GB, in the same time (13.1
-    and 13.3 s against 11.8 and 14.6 s); with the input in memory (89.6 M values), spilling
-    both cost 1.2 to 2.3 s of a 12 s write, twice the bytes to disk and back.
+    alone peaked at 0.99 and 1.01 GiB, spilling both at 0.80 and 0.84 GiB, in the same time
+    (13.1 and 13.3 s against 11.8 and 14.6 s); with the input in memory (89.6 M values),
+    spilling both cost 0.6 to 2.0 s of an 11 to 13 s write (3 runs, paired), twice the bytes
+    to disk and back.
     """
     import dask.config
 
