@@ -109,6 +109,47 @@ def test_our_shard_objects_are_the_bytes_zarr_writes_for_the_same_values(tmp_pat
         assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "zarr" / name).read_bytes()
 
 
+@pytest.mark.parametrize("where", ["directory", "memory"])
+def test_our_chunk_objects_are_the_bytes_zarr_writes_in_a_directory_and_in_memory(
+    tmp_path: Path, where: str
+) -> None:
+    """A local directory's chunks are written straight into their files, any other store's
+    through zarr's store API: both give zarr's objects, a chunk of only zeros left out, and
+    nothing else (no temporary file) beside them."""
+    from zarr.storage import MemoryStore
+
+    from sporadik_dask.chunks import write_chunks
+    from sporadik_dask.zarr_adapter import buffer_prototype, run
+
+    values = random_dense(np.random.default_rng(2), (1, 1000), 0.5)[0].astype(np.int32)
+    values[128:192] = 0  # chunk 2: no object
+    stores: list[Any] = (
+        [tmp_path / "zarr", tmp_path / "ours"]
+        if where == "directory"
+        else [MemoryStore(), MemoryStore()]
+    )
+    arrays = [
+        zarr.create_array(store, shape=(1000,), chunks=(64,), dtype="int32", fill_value=0)
+        for store in stores
+    ]
+    arrays[0][:] = values
+    write_chunks(arrays[1], 0, values)
+
+    def objects(array: Any) -> dict[str, bytes]:
+        store = array.store_path.store
+        keys = run(_keys(store))
+        return {k: run(store.get(k, buffer_prototype())).to_bytes() for k in keys}
+
+    theirs, ours = objects(arrays[0]), objects(arrays[1])
+    assert "c/2" not in ours and "c/3" in ours
+    assert ours == theirs
+    np.testing.assert_array_equal(arrays[1][:], values)
+
+
+async def _keys(store: Any) -> list[str]:
+    return sorted([key async for key in store.list()])
+
+
 def _sharded(tmp_path: Path, **options: Any) -> tuple[Path, sp.csr_matrix]:
     matrix = sp.random(300, 200, density=0.1, format="csr", random_state=3, dtype=np.float32)
     path = tmp_path / "s.zarr"
