@@ -22,14 +22,18 @@ numba_cache.install()  # before the first kernel is defined: cached in the user'
 __all__ = [
     "Regions",
     "add_runs",
+    "check_runs",
     "columns_of_runs",
+    "count_positions",
     "deal_by_lead",
+    "deal_positions",
     "gather_leads",
     "group_runs",
     "rows_of_runs",
     "sort_by_code",
     "sort_by_key",
     "sort_by_lead",
+    "split_by_bounds",
     "sum_runs",
 ]
 
@@ -58,6 +62,127 @@ def _scatter(keys: Any, counts: Any, rows: Any, data: Any) -> Any:
         out_data[j] = data[i]
         offsets[keys[i]] = j + 1
     return out_rows, out_data
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket(bounds: Any, position: Any) -> Any:
+    """The partition ``b`` with ``bounds[b] <= position < bounds[b + 1]``: a binary search."""
+    lo, hi = 0, len(bounds) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if bounds[mid] <= position:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _split(positions: Any, indices: Any, data: Any, bounds: Any, pairs: Any, out: Any) -> Any:
+    counts = np.zeros(len(bounds) - 1, dtype=np.int64)
+    ordered = True
+    for i in range(len(positions)):
+        position = positions[i]
+        if position < bounds[0] or position >= bounds[-1]:
+            return counts, False
+        if i and position < positions[i - 1]:
+            ordered = False
+        counts[_bucket(bounds, position)] += 1
+    if ordered:  # already in partition order: narrowed in place, no scatter
+        for i in range(len(positions)):
+            pairs[0, i] = positions[i]
+            pairs[1, i] = indices[i]
+            out[i] = data[i]
+        return counts, True
+    offsets = _starts(counts)
+    for i in range(len(positions)):
+        b = _bucket(bounds, positions[i])
+        j = offsets[b]
+        pairs[0, j] = positions[i]
+        pairs[1, j] = indices[i]
+        out[j] = data[i]
+        offsets[b] = j + 1
+    return counts, True
+
+
+def split_by_bounds(
+    positions: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    bounds: npt.NDArray[np.int64],
+    width: npt.DTypeLike,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
+    """Values stably sorted by the partition of ``bounds`` their position falls in, positions
+    and indices narrowed to ``width``, and each partition's count; None for a dtype numba lacks.
+
+    One pass counts, one writes: the only memory is the output (12 bytes a float32 value at
+    int32), where a ``searchsorted`` and a scatter would add an int64 key per value and a copy.
+    """
+    pairs = np.empty((2, positions.shape[0]), dtype=width)
+    out = np.empty_like(data)
+    try:
+        counts, inside = _split(positions, indices, data, bounds, pairs, out)
+    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks: float16
+        return None
+    if not inside:
+        raise LayoutError(
+            f"A position lies outside {int(bounds[0])}..{int(bounds[-1]) - 1}, the positions "
+            "the count pass planned; the input gave other coordinates the second time it was "
+            "read. Make the input deterministic (seed its generator, or persist it)."
+        )
+    return pairs, out, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def count_positions(counts: Any, positions: Any, start: Any) -> Any:
+    """Add the values at each position ``start + k`` to ``counts[k]``; how many lie outside."""
+    outside = 0
+    for i in range(len(positions)):
+        k = positions[i] - start
+        if k < 0 or k >= len(counts):
+            outside += 1
+        else:
+            counts[k] += 1
+    return outside
+
+
+@numba.njit(cache=True, nogil=True)
+def deal_positions(
+    offsets: Any, positions: Any, indices: Any, data: Any, start: Any, to: Any, out: Any
+) -> None:
+    """Put each value of one part in the next free slot of its position's run (``offsets``,
+    advanced): called part after part, a stable counting sort of their values into place."""
+    for i in range(len(positions)):
+        k = positions[i] - start
+        j = offsets[k]
+        to[j] = indices[i]
+        out[j] = data[i]
+        offsets[k] = j + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def check_runs(counts: Any, indices: Any, data: Any, maxima: Any) -> Any:
+    """Each run's largest absolute value into ``maxima`` (NaN wins, as in ``np.maximum``), and
+    whether some run is not ascending, and how many indices repeat their predecessor's."""
+    unsorted = False
+    repeated = 0
+    at = 0
+    for run in range(len(counts)):
+        n = counts[run]
+        if n == 0:
+            continue
+        largest = abs(data[at])
+        for i in range(at + 1, at + n):
+            if indices[i] < indices[i - 1]:
+                unsorted = True
+            elif indices[i] == indices[i - 1]:
+                repeated += 1
+            value = abs(data[i])
+            if value > largest or value != value:
+                largest = value
+        maxima[run] = largest
+        at += n
+    return unsorted, repeated
 
 
 def sort_by_key(

@@ -5,10 +5,10 @@ value's part, 12 bytes a value, until its first sort runs. A ``dask.distributed`
 what it holds past its memory target; the threaded, synchronous and process schedulers hold it
 all, so a threaded write grew with the values. Above ``sporadik.spill-bytes`` of such parts,
 each split task writes its piece's parts to one file of the write's spill directory and returns
-where each part lies; the sort task reads its parts straight into the arrays it sorts. On a
-distributed worker the same task keeps its parts in memory, where distributed's own spilling
-(and its transfers between workers) apply: a worker's local file would not be readable by the
-worker running the sort.
+where each part lies; the sort task reads them back one at a time, into one buffer, and deals
+each straight into its runs (:class:`PartReader`). On a distributed worker the same task keeps
+its parts in memory, where distributed's own spilling (and its transfers between workers)
+apply: a worker's local file would not be readable by the worker running the sort.
 
 The directory lies under dask's ``temporary-directory`` (else the system's), is made by the
 first split that needs it and is removed by :func:`remove` once the write has finished or failed.
@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SpilledPart", "directory_for", "gather", "on_worker", "remove", "write_parts"]
+__all__ = ["PartReader", "SpilledPart", "directory_for", "on_worker", "remove", "write_parts"]
 
 
 class SpilledPart(NamedTuple):
@@ -81,8 +81,9 @@ def write_parts(
     try:
         os.makedirs(directory, exist_ok=True)
         with open(path, "wb") as file:
-            file.write(pairs.data.cast("B"))
-            file.write(data.data.cast("B"))
+            if data.size:  # an empty piece's file is empty (no view of zero bytes casts)
+                file.write(pairs.data.cast("B"))
+                file.write(data.data.cast("B"))
     except OSError as failed:
         raise OSError(
             failed.errno,
@@ -99,26 +100,56 @@ def write_parts(
     ]
 
 
-def gather(parts: Sequence[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Every part's pairs and values joined in order, read from disk straight into place for a
-    :class:`SpilledPart` and copied for a part in memory."""
-    total = sum(_size(part) for part in parts)
-    first = parts[0]
-    if isinstance(first, SpilledPart):
-        pairs_dtype, data_dtype = np.dtype(first.pairs_dtype), np.dtype(first.data_dtype)
-    else:
-        pairs_dtype, data_dtype = first.pairs.dtype, first.data.dtype
-    pairs = np.empty((2, total), dtype=pairs_dtype)
-    data = np.empty(total, dtype=data_dtype)
-    at = 0
-    for part in parts:
-        end = at + _size(part)
-        if isinstance(part, SpilledPart):
-            _read(part, pairs[:, at:end], data[at:end])
+class PartReader:
+    """A partition's parts, one at a time: a part in memory as it is, a spilled one read into
+    one buffer that every spilled part of the partition reuses, so a sort holds its runs and
+    one part rather than every part joined as well."""
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        first = parts[0]
+        if isinstance(first, SpilledPart):
+            self.index_dtype, self.data_dtype = (
+                np.dtype(first.pairs_dtype),
+                np.dtype(first.data_dtype),
+            )
         else:
-            pairs[:, at:end], data[at:end] = part.pairs, part.data
-        at = end
-    return pairs, data
+            self.index_dtype, self.data_dtype = first.pairs.dtype, first.data.dtype
+        self.total = sum(_size(part) for part in parts)
+        largest = max((p.size for p in parts if isinstance(p, SpilledPart)), default=0)
+        self._pairs = np.empty((2, largest), dtype=self.index_dtype)
+        self._data = np.empty(largest, dtype=self.data_dtype)
+
+    def positions(self, part: Any) -> npt.NDArray[Any]:
+        """The part's positions (the first row of its pairs)."""
+        if not isinstance(part, SpilledPart):
+            return np.asarray(part.pairs[0])
+        positions = self._pairs[0, : part.size]
+        with open(part.path, "rb", buffering=0) as file:
+            _read_at(file, part.lo * positions.itemsize, positions)
+        return positions
+
+    def whole(self, part: Any) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """The part's pairs and values; a spilled part's valid until the next call."""
+        if not isinstance(part, SpilledPart):
+            return part.pairs, part.data
+        pairs, data = self._pairs[:, : part.size], self._data[: part.size]
+        _read(part, pairs, data)
+        return pairs, data
+
+    def joined(self, parts: Sequence[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """Every part's pairs and values joined in order, a spilled part read straight into
+        place."""
+        pairs = np.empty((2, self.total), dtype=self.index_dtype)
+        data = np.empty(self.total, dtype=self.data_dtype)
+        at = 0
+        for part in parts:
+            end = at + _size(part)
+            if isinstance(part, SpilledPart):
+                _read(part, pairs[:, at:end], data[at:end])
+            else:
+                pairs[:, at:end], data[at:end] = part.pairs, part.data
+            at = end
+        return pairs, data
 
 
 def _size(part: Any) -> int:
@@ -135,6 +166,8 @@ def _read(part: SpilledPart, pairs: npt.NDArray[Any], data: npt.NDArray[Any]) ->
 
 def _read_at(file: Any, offset: int, out: npt.NDArray[Any]) -> None:
     """Fill ``out`` (contiguous) from ``offset``; a short read means the file was cut."""
+    if not out.size:
+        return
     view = out.data.cast("B")
     file.seek(offset)
     got = 0

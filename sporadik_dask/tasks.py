@@ -16,15 +16,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 import numpy.typing as npt
 import zarr
 
 from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError, SporadikError
-from sporadik_dask.kernels import sort_by_key
+from sporadik_dask.kernels import (
+    check_runs,
+    count_positions,
+    deal_positions,
+    sort_by_key,
+    split_by_bounds,
+)
 from sporadik_dask.spec import check_indices
-from sporadik_dask.spill import SpilledPart, gather, on_worker, write_parts
+from sporadik_dask.spill import PartReader, SpilledPart, on_worker, write_parts
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -332,12 +339,22 @@ def split_piece(
     """
     coords, data = piece
     width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
-    pairs = np.empty((2, data.shape[0]), dtype=np.result_type(index_dtype, width))
-    pairs[0] = coords[axis]
-    pairs[1] = _ravel(coords, index_order, index_shape)
-    which = np.searchsorted(bounds, pairs[0], side="right") - 1
-    counts = np.bincount(which, minlength=len(bounds) - 1)
-    pairs, data = sort_by_key(which, counts, pairs, data)
+    width = np.result_type(index_dtype, width)
+    positions = coords[axis]
+    indices = (
+        coords[index_order[0]]
+        if len(index_order) == 1
+        else _ravel(coords, index_order, index_shape)
+    )
+    split = split_by_bounds(positions, indices, data, bounds, width)
+    if split is None:  # a dtype numba lacks: the same order from numpy
+        pairs = np.empty((2, data.shape[0]), dtype=width)
+        pairs[0], pairs[1] = positions, indices
+        which = np.searchsorted(bounds, pairs[0], side="right") - 1
+        counts = np.bincount(which, minlength=len(bounds) - 1)
+        pairs, data = sort_by_key(which, counts, pairs, data)
+    else:
+        pairs, data, counts = split
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
     if spill_to is not None and not on_worker():
         return write_parts(spill_to, pairs, data, edges)
@@ -369,55 +386,97 @@ def sort_partition(
     the partition's slice of ``indptr`` is made here from its own counts, so the client never
     sends ``indptr`` (4 bytes a position) in the graph.
 
-    1. Join the parts (in piece order; spilled ones read from disk into place) and
-       counting-sort them by position: O(n), and stable, so pieces that arrive in C order leave
-       each run already sorted by index.
-    2. Refuse a partition holding other than the planned number of values: the count pass read
+    1. Refuse a partition holding other than the planned number of values: the count pass read
        another input than this pass, and every later offset would be wrong.
+    2. Count the values at each position, part after part, then counting-sort each part's
+       values straight into their runs: O(n), and stable, so pieces that arrive in C order
+       leave each run already sorted by index. Nothing but the runs is made as large as the
+       partition; a spilled part is read into one buffer that every part reuses.
     3. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
     4. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
     5. Take each position's largest absolute value and offset.
     """
-    pairs, data = gather(parts)
     first, last = values
-    if data.shape[0] != last - first:
+    reader = PartReader(parts)
+    if reader.total != last - first:
         raise LayoutError(
-            f"Positions {start}..{stop - 1} hold {data.shape[0]} values, and the count pass "
+            f"Positions {start}..{stop - 1} hold {reader.total} values, and the count pass "
             f"found {last - first}: the input gave other values the second time it was read, "
             "so the offsets written would point into the wrong runs. Make the input "
             "deterministic (seed its generator, or persist it) and write again."
         )
-    pairs[0] -= start
-    counts = np.bincount(pairs[0], minlength=stop - start)
-    pairs, data = sort_by_key(pairs[0], counts, pairs, data)
-    positions, indices = pairs
-    same_run = positions[1:] == positions[:-1]
-    if np.any(same_run & (indices[1:] < indices[:-1])):
-        if (stop - start) * extent < 2**62:
-            key = positions.astype(np.int64) * extent + indices
-            order = np.argsort(key, kind="stable")
-        else:  # pragma: no cover - a combined key past int64: rank-4 arrays of ~10^19 cells
-            order = np.lexsort((indices, positions))
-        positions, indices, data = positions[order], indices[order], data[order]
-    repeated = same_run & (indices[1:] == indices[:-1])
-    if np.any(repeated):
+    counts = np.zeros(stop - start, dtype=np.int64)
+    for part in parts:
+        if count_positions(counts, reader.positions(part), start):
+            raise LayoutError(
+                f"A value of positions {start}..{stop - 1} lies outside them: the input gave "
+                "other coordinates the second time it was read. Make the input deterministic "
+                "(seed its generator, or persist it) and write again."
+            )
+    indices = np.empty(reader.total, dtype=reader.index_dtype)
+    data = np.empty(reader.total, dtype=reader.data_dtype)
+    offsets = np.cumsum(counts) - counts
+    maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
+    try:
+        for part in parts:
+            pairs, part_data = reader.whole(part)
+            deal_positions(offsets, pairs[0], pairs[1], part_data, start, indices, data)
+        unsorted, repeated = check_runs(counts, indices, data, maxima)
+        if unsorted:
+            indices, data = _sorted_within_runs(counts, extent, indices, data)
+            unsorted, repeated = check_runs(counts, indices, data, maxima)
+    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks: float16
+        indices, data, repeated = _sorted_by_numpy(reader, parts, start, counts, extent, maxima)
+    if repeated:
         raise LayoutError(
-            f"{int(repeated.sum())} cells are named twice among positions {start}..{stop - 1}, "
+            f"{repeated} cells are named twice among positions {start}..{stop - 1}, "
             "though the input said each cell is named once (a sparse.COO built with "
             "has_duplicates=False?). A reader would return one of the values at random. Pass "
             "the input as coordinate columns, which are merged, or fix its construction."
         )
-    # reduceat over the non-empty runs alone: their starts strictly increase, so each reduces
-    # exactly its own run (an empty run's start, clipped, would cut its neighbour short)
-    starts = (np.cumsum(counts) - counts)[counts > 0]
-    maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
-    if data.size:
-        maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
     indptr = np.empty(stop - start + 1, dtype=index_dtype)
     indptr[0] = first
     np.cumsum(counts, out=indptr[1:])
     indptr[1:] += first
     return Runs(indices.astype(index_dtype, copy=False), data, maxima, indptr)
+
+
+def _sorted_by_numpy(
+    reader: PartReader,
+    parts: Sequence[Part | SpilledPart],
+    start: int,
+    counts: npt.NDArray[np.int64],
+    extent: int,
+    maxima: npt.NDArray[Any],
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+    """The partition's runs sorted with numpy, for a dtype numba lacks: its indices and
+    values, each run's largest absolute value put in ``maxima``, and how many cells repeat."""
+    pairs, data = reader.joined(parts)
+    pairs[0] -= start
+    pairs, data = sort_by_key(pairs[0], counts, pairs, data)
+    positions, indices = pairs
+    same_run = positions[1:] == positions[:-1]
+    if np.any(same_run & (indices[1:] < indices[:-1])):
+        indices, data = _sorted_within_runs(counts, extent, indices, data)
+    repeated = int(np.count_nonzero(same_run & (indices[1:] == indices[:-1])))
+    # reduceat over the non-empty runs alone: their starts strictly increase, so each reduces
+    # exactly its own run (an empty run's start, clipped, would cut its neighbour short)
+    starts = (np.cumsum(counts) - counts)[counts > 0]
+    if data.size:
+        maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
+    return indices, data, repeated
+
+
+def _sorted_within_runs(
+    counts: npt.NDArray[np.int64], extent: int, indices: npt.NDArray[Any], data: npt.NDArray[Any]
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Each run sorted by index (the runs already in position order): the long way."""
+    positions = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    if counts.shape[0] * extent < 2**62:
+        order = np.argsort(positions * extent + indices, kind="stable")
+    else:  # pragma: no cover - a combined key past int64: rank-4 arrays of ~10^19 cells
+        order = np.lexsort((indices, positions))
+    return indices[order], data[order]
 
 
 def take(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from sporadik_dask import kernels, tasks
+from sporadik_dask import kernels, spill, tasks
 from tests.helpers import random_dense
 
 
@@ -34,36 +35,73 @@ def _parts(
     ]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
     positions=st.integers(1, 30),
     extent=st.integers(1, 30),
     pieces=st.integers(1, 4),
     fill=st.floats(0, 1),
+    dtype=st.sampled_from(["float64", "float32", "float16", "int8", "uint16", "complex64"]),
+    spilled=st.booleans(),
 )
 def test_a_sorted_partition_is_what_lexsort_gives_with_each_position_largest_magnitude(
-    seed: int, positions: int, extent: int, pieces: int, fill: float
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    positions: int,
+    extent: int,
+    pieces: int,
+    fill: float,
+    dtype: str,
+    spilled: bool,
 ) -> None:
+    """In memory or spilled (every other part read back from its file), in a dtype numba
+    sorts or one it lacks (float16: numpy's route)."""
     rng = np.random.default_rng(seed)
     n = int(fill * positions * extent)
-    parts = _parts(rng, positions, extent, n, pieces)
+    parts: list[Any] = _parts(rng, positions, extent, n, pieces)
     start = 5
-    for part in parts:
+    for k, part in enumerate(parts):
         part.pairs[0] += start
-    runs = tasks.sort_partition(start, start + positions, extent, np.int32, (7, 7 + n), *parts)
+        values = part.data if np.dtype(dtype).kind in "fci" else np.abs(part.data)
+        parts[k] = tasks.Part(part.pairs.astype(np.int32), values.astype(dtype))
     pairs = np.concatenate([part.pairs for part in parts], axis=1)
     data = np.concatenate([part.data for part in parts])
+    given_parts = list(parts)
+    if spilled:
+        directory = str(tmp_path_factory.mktemp("parts"))
+        for k in range(0, len(parts), 2):
+            p = parts[k]
+            given_parts[k] = spill.write_parts(directory, p.pairs, p.data, [0, p.data.size])[0]
+    runs = tasks.sort_partition(
+        start, start + positions, extent, np.int32, (7, 7 + n), *given_parts
+    )
     order = np.lexsort((pairs[1], pairs[0]))
     np.testing.assert_array_equal(runs.indices, pairs[1][order])
     np.testing.assert_array_equal(runs.data, data[order])
-    assert runs.indices.dtype == np.int32
-    expected = np.zeros(positions)
+    assert runs.indices.dtype == np.int32 and runs.data.dtype == np.dtype(dtype)
+    expected = np.zeros(positions, dtype=np.abs(data).dtype)
     np.maximum.at(expected, pairs[0] - start, np.abs(data))
     np.testing.assert_array_equal(runs.maxima, expected)
     counts = np.bincount(pairs[0] - start, minlength=positions)
     np.testing.assert_array_equal(runs.indptr, 7 + np.concatenate(([0], np.cumsum(counts))))
     assert runs.indptr.dtype == np.int32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_nan_is_its_position_largest_magnitude_as_numpy_maximum_gives(dtype: str) -> None:
+    part = tasks.Part(
+        np.array([[0, 0, 0, 1, 1], [0, 1, 2, 0, 1]]),
+        np.array([1.0, np.nan, 5.0, np.nan, -2.0], dtype=dtype),
+    )
+    runs = tasks.sort_partition(0, 3, 3, np.int32, (0, 5), part)
+    np.testing.assert_array_equal(runs.maxima, np.array([np.nan, np.nan, 0.0], dtype=dtype))
+
+
+def test_a_value_outside_the_partition_is_refused() -> None:
+    part = tasks.Part(np.array([[0, 4], [3, 3]]), np.array([1.0, 2.0]))
+    with pytest.raises(sd.LayoutError, match=r"positions 0\.\.1 lies outside them"):
+        tasks.sort_partition(0, 2, 5, np.int32, (0, 2), part)
 
 
 def test_a_partition_holding_other_values_than_the_count_pass_found_is_refused() -> None:
@@ -78,25 +116,48 @@ def test_a_cell_named_twice_in_a_partition_is_refused() -> None:
         tasks.sort_partition(0, 1, 5, np.int32, (0, 2), part)
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**16), partitions=st.integers(1, 6))
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    partitions=st.integers(1, 6),
+    rank=st.sampled_from([2, 3]),
+    axis=st.integers(0, 1),
+    dtype=st.sampled_from(["float64", "float16"]),
+)
 def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
-    seed: int, partitions: int
+    seed: int, partitions: int, rank: int, axis: int, dtype: str
 ) -> None:
+    """In C order (a CSR layout's positions arrive sorted) or not (CSC's), and in a dtype
+    numba lacks; each part keeps its values in the piece's order."""
     rng = np.random.default_rng(seed)
-    shape = (13, 4, 5)
-    dense = random_dense(rng, shape, 0.3)
-    piece = tasks.piece_of_block(dense, (0, 0, 0))
-    cuts = np.unique(np.r_[0, rng.integers(1, 13, partitions - 1), 13])
-    found = tasks.split_piece(piece, 0, (2, 1), (5, 4), cuts, np.int32)
+    shape = (13, 4, 5)[:rank]
+    dense = random_dense(rng, shape, 0.3).astype(dtype)
+    piece = tasks.piece_of_block(dense, (0,) * rank)
+    others = [a for a in range(rank) if a != axis][::-1]
+    index_shape = [shape[a] for a in others]
+    extent = shape[axis]
+    cuts = np.unique(np.r_[0, rng.integers(1, extent, partitions - 1), extent])
+    found = tasks.split_piece(piece, axis, others, index_shape, cuts, np.int32)
     parts = [part for part in found if isinstance(part, tasks.Part)]
     assert len(parts) == len(found) == len(cuts) - 1
     for p, part in enumerate(parts):
+        assert part.pairs.dtype == np.int32 and part.data.dtype == np.dtype(dtype)
         assert np.all((cuts[p] <= part.pairs[0]) & (part.pairs[0] < cuts[p + 1]))
-        rows, raveled = part.pairs
-        second, first = np.divmod(raveled, 4)
-        np.testing.assert_array_equal(dense[rows, first, second], part.data)
+        positions, raveled = part.pairs
+        where = [None] * rank
+        where[axis] = positions
+        for a, coordinate in zip(others, np.unravel_index(raveled, index_shape), strict=True):
+            where[a] = coordinate
+        np.testing.assert_array_equal(dense[tuple(where)], part.data)
+        mine = (cuts[p] <= piece.coords[axis]) & (piece.coords[axis] < cuts[p + 1])
+        np.testing.assert_array_equal(part.data, piece.data[mine])  # the piece's order
     assert sum(part.data.size for part in parts) == np.count_nonzero(dense)
+
+
+def test_a_piece_position_outside_the_planned_positions_is_refused() -> None:
+    piece = tasks.Piece(np.array([[0, 9], [1, 1]]), np.array([1.0, 2.0]))
+    with pytest.raises(sd.LayoutError, match=r"outside 0\.\.4"):
+        tasks.split_piece(piece, 0, (1,), (3,), np.array([0, 2, 5]), np.int32)
 
 
 def test_merging_pieces_adds_repeated_cells_and_counts_them() -> None:

@@ -182,10 +182,11 @@ def test_a_cut_spill_file_is_an_error_naming_it(tmp_path: Path) -> None:
     pairs = np.arange(20, dtype=np.int32).reshape(2, 10)
     data = np.arange(10, dtype=np.float32)
     parts = spill.write_parts(str(tmp_path), pairs, data, [0, 4, 10])
-    joined = spill.gather([parts[1], tasks.Part(pairs[:, :4], data[:4])])
+    both = [parts[1], tasks.Part(pairs[:, :4], data[:4])]
+    joined = spill.PartReader(both).joined(both)
     np.testing.assert_array_equal(joined[0], np.concatenate([pairs[:, 4:], pairs[:, :4]], axis=1))
     np.testing.assert_array_equal(joined[1], np.r_[data[4:], data[:4]])
     with open(parts[0].path, "r+b") as file:
         file.truncate(60)
     with pytest.raises(OSError, match="ended 20 bytes early"):
-        spill.gather([parts[1]])
+        spill.PartReader([parts[1]]).whole(parts[1])
