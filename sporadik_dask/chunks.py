@@ -163,8 +163,10 @@ def _encoder(array: zarr.Array[Any], compressors: list[Any] | None = None) -> En
     little = np.dtype(array.dtype).newbyteorder("<")
 
     def encode(values: npt.NDArray[Any]) -> bytes:
-        encoded: Any = values.astype(little, copy=False).tobytes()
-        for compressor in compressors:
+        encoded: Any = np.ascontiguousarray(values.astype(little, copy=False))
+        if not compressors:
+            return bytes(encoded.tobytes())
+        for compressor in compressors:  # the first reads the array's own buffer: no copy
             encoded = compressor.encode(encoded)
         return bytes(encoded)
 
