@@ -266,13 +266,14 @@ def _shuffle(
     name: str,
     inputs: Sequence[Key],
     *,
-    split: Call,
+    split: Call | Callable[[int], Call],
     combine: Sequence[Call],
     sources: Sequence[Sequence[int]] | None = None,
 ) -> tuple[list[Key], Layer]:
     """Pure: move every input's values to the partition they belong to; one output per partition.
 
-    1. ``(*split[:1], input, *split[1:])`` returns one part per partition, in partition order.
+    1. ``(*split[:1], input, *split[1:])`` returns one part per partition, in partition order
+       (``split(b)`` is input ``b``'s call when ``split`` is a function).
     2. ``getitem(split, p)`` picks part ``p``; it runs where the split ran, so only that part
        travels.
     3. ``(*combine[p], *parts)`` gets partition ``p``'s parts from every input in
@@ -281,11 +282,13 @@ def _shuffle(
 
     Returns the output keys, ``(name, p)``, and the layer.
     """
-    func, *args = split
     # One string object per name: a pickled graph then holds each name once, not once per key.
     splits, parts = f"{name}-split", f"{name}-part"
     everyone = range(len(inputs))
-    layer: Layer = {(splits, b): (func, key, *args) for b, key in enumerate(inputs)}
+    layer: Layer = {}
+    for b, key in enumerate(inputs):
+        func, *args = split(b) if callable(split) else split
+        layer[(splits, b)] = (func, key, *args)
     outputs = []
     for p, call in enumerate(combine):
         gathered = []
@@ -499,10 +502,13 @@ def write_graph(
     pieces: Pieces,
     plans: Mapping[int, LayoutPlan],
     arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
-    spilled: Set[int] = frozenset(),
+    spilled: Mapping[int, int] | None = None,
 ) -> tuple[HighLevelGraph, list[Key], str | None]:
     """The graph writing every zarr chunk of every planned layout, the keys of its writes, and
     the directory the ``spilled`` layouts' parts go to off a distributed worker (or None).
+
+    ``spilled`` maps a layout's axis to its first piece whose parts go to disk; the pieces
+    before it keep theirs in memory.
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
@@ -512,7 +518,8 @@ def write_graph(
     never touches another pending write's parts.
     """
     targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
-    token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, sorted(spilled))
+    spilled = dict(sorted((spilled or {}).items()))
+    token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, spilled)
     name = f"sporadik-write-{token}"
     directory = directory_for(f"{token}-{uuid.uuid4().hex[:8]}") if spilled else None
     layouts = {
@@ -520,7 +527,7 @@ def write_graph(
             f"{name}-{axis}",
             plan.for_write(),
             arrays[axis],
-            directory if axis in spilled else None,
+            (directory, spilled[axis]) if axis in spilled else None,
         )
         for axis, plan in plans.items()
     }
@@ -531,7 +538,9 @@ def write_graph(
 
 def _write_layers(
     pieces: Sequence[Key],
-    layouts: Mapping[int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], str | None]],
+    layouts: Mapping[
+        int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[str, int] | None]
+    ],
 ) -> Layer:
     """Pure: every layout's :func:`_write_layer`, in one layer."""
     layer: Layer = {}
@@ -554,14 +563,15 @@ def _write_layer(
     pieces: Sequence[Key],
     plan: WritePlan,
     arrays: Mapping[str, tasks.ArrayRef],
-    spill_to: str | None = None,
+    spill_to: tuple[str, int] | None = None,
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
        :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``;
        a partition gathers from the pieces whose span meets it (:meth:`WritePlan.sources`).
-       With ``spill_to``, the split parts go to files there, off a distributed worker.
+       With ``spill_to``, ``(directory, first)``, the parts of piece ``first`` and after go
+       to files there, off a distributed worker.
     2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
        partitions that fill it, and write its whole zarr chunks (or shards) in one task.
     3. With no position there is no partition: write ``indptr``, ``[0]``.
@@ -578,15 +588,19 @@ def _write_layer(
         )
         for p in range(plan.partitions)
     ]
-    split = (
-        tasks.split_piece,
-        plan.indexed_axis,
-        plan.index_order,
-        plan.index_shape,
-        plan.bounds,
-        plan.index_dtype,
-        spill_to,
-    )
+    directory, first = spill_to or (None, len(pieces))
+
+    def split(b: int) -> Call:
+        return (
+            tasks.split_piece,
+            plan.indexed_axis,
+            plan.index_order,
+            plan.index_shape,
+            plan.bounds,
+            plan.index_dtype,
+            directory if b >= first else None,
+        )
+
     sources = plan.sources(len(pieces))
     runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)
     regions = {array: iter(plan.regions[array]) for array in RUN_ARRAYS}

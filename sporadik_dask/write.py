@@ -19,7 +19,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.typing import Key
 
 from sporadik_dask import spill
-from sporadik_dask.budgets import partition_values, spills
+from sporadik_dask.budgets import held_pieces, partition_values
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import IncompleteError, LayoutError, StoreNotFoundError
 from sporadik_dask.graph import count_graph, write_graph
@@ -476,7 +476,8 @@ def _write(
         for axis, plan in plans.items()
     }
     pieces = len(source.pieces.keys)
-    spilled = {axis for axis, plan in plans.items() if spills(plan, pieces)}
+    held = {axis: held_pieces(plan, pieces) for axis, plan in plans.items()}
+    spilled = {axis: first for axis, first in held.items() if first < pieces}
     graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled)
     write = StoreWrite(graph, keys, layouts.store, block, location, spill_to)
     if compute:

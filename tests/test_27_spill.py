@@ -18,7 +18,7 @@ from zarr.storage import LocalStore
 
 import sporadik_dask as sd
 from sporadik_dask import spill, tasks
-from sporadik_dask.budgets import spills
+from sporadik_dask.budgets import held_pieces
 from sporadik_dask.sources import source_of
 from sporadik_dask.synthetic import counts_matrix
 from sporadik_dask.write import plan_source
@@ -97,6 +97,24 @@ def test_two_spilled_writes_in_one_dask_compute_remove_their_parts(
         np.testing.assert_array_equal(sd.from_sporadik(tmp_path / name).compute().todense(), dense)
 
 
+def test_a_budget_keeps_the_first_pieces_parts_in_memory_and_spills_the_rest(
+    tmp_path: Path, scratch: Path
+) -> None:
+    dense, x = _inputs(2)
+    with dask.config.set({"sporadik.spill-bytes": -1}):
+        sd.to_sporadik(x, tmp_path / "held.zarr", chunk=40, partition_bytes=3_000)
+    splits = _Splits()
+    with dask.config.set({"sporadik.spill-bytes": 4_000, "scheduler": "sync"}), splits:
+        sd.to_sporadik(x, tmp_path / "both.zarr", chunk=40, partition_bytes=3_000)
+    kinds = {type(part) for parts in splits.found for part in parts}
+    assert kinds == {tasks.Part, spill.SpilledPart}
+    assert layout_files(tmp_path / "held.zarr") == layout_files(tmp_path / "both.zarr")
+    np.testing.assert_array_equal(
+        sd.from_sporadik(tmp_path / "both.zarr").compute().todense(), dense
+    )
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_pending_write_dropped_uncomputed_leaves_no_spill_directory(
     tmp_path: Path, scratch: Path
 ) -> None:
@@ -126,14 +144,16 @@ def test_the_csc_layout_of_row_blocks_spills_before_its_streaming_csr_layout() -
         partition_bytes=40_000,
     )
     pieces = len(source.pieces.keys)
-    held = plans[1].nnz * 12  # int32 position and index, float32 value: all of it waits
-    for budget, spilled in ((held - 1, [False, True]), (held, [False, False])):
+    waits = plans[1].nnz * 12  # int32 position and index, float32 value: all of it waits
+    for budget, held in (
+        (waits - 1, [20, 19]),  # the last piece's parts go to disk
+        (waits // 4, [20, 5]),  # a quarter of the pieces keep theirs in memory
+        (waits, [20, 20]),
+        (0, [0, 0]),
+        (-1, [20, 20]),
+    ):
         with dask.config.set({"sporadik.spill-bytes": budget}):
-            assert [spills(plan, pieces) for plan in plans.values()] == spilled
-    with dask.config.set({"sporadik.spill-bytes": 0}):
-        assert [spills(plan, pieces) for plan in plans.values()] == [True, True]
-    with dask.config.set({"sporadik.spill-bytes": -1}):
-        assert [spills(plan, pieces) for plan in plans.values()] == [False, False]
+            assert [held_pieces(plan, pieces) for plan in plans.values()] == held
 
 
 class _Starts(Callback):
