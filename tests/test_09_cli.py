@@ -377,12 +377,15 @@ def test_ctrl_c_says_nothing_was_committed(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell runs a background job with SIGINT ignored, and Python keeps an ignored SIGINT:
+        # give the child the terminal's default, as a user's Ctrl-C finds it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not any(p.name.startswith(".sporadik-staging") for p in tmp_path.iterdir()):
         assert running.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
-    time.sleep(0.5)
+    time.sleep(0.05)  # staging is the conversion's first step: interrupt it early, while it runs
     running.send_signal(signal.SIGINT)
     _, err = running.communicate(timeout=120)
     assert running.returncode == 130, err
