@@ -169,11 +169,11 @@ def held_pieces(plan: LayoutPlan, pieces: int) -> int:
     values, a negative value none), each taken to hold its share of the values; only what is
     past the budget spills, so the budget is used rather than spent on nothing.
 
-    Threads, 2 cores, float32 CSR .h5ad of 60 M values, 2 runs each: spilling the CSC layout
-    alone peaked at 0.99 and 1.01 GiB, spilling both at 0.80 and 0.84 GiB, in the same time
-    (13.1 and 13.3 s against 11.8 and 14.6 s); with the input in memory (89.6 M values),
-    spilling both cost 0.6 to 2.0 s of an 11 to 13 s write (3 runs, paired), twice the bytes
-    to disk and back.
+    Measured when a layout spilled all its pieces or none (threads, 2 cores, float32 CSR .h5ad
+    of 60 M values, 2 runs each): spilling the CSC layout alone peaked at 0.99 and 1.01 GiB,
+    spilling both at 0.80 and 0.84 GiB, in the same time (13.1 and 13.3 s against 11.8 and
+    14.6 s); with the input in memory (89.6 M values), spilling both cost 0.6 to 2.0 s of an
+    11 to 13 s write (3 runs, paired), twice the bytes to disk and back.
     """
     import dask.config
 

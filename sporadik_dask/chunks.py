@@ -165,7 +165,8 @@ def _encoder(array: zarr.Array[Any], compressors: list[Any] | None = None) -> En
     def encode(values: npt.NDArray[Any]) -> bytes:
         encoded: Any = np.ascontiguousarray(values.astype(little, copy=False))
         if not compressors:
-            return bytes(encoded.tobytes())
+            raw: bytes = encoded.tobytes()
+            return raw
         for compressor in compressors:  # the first reads the array's own buffer: no copy
             encoded = compressor.encode(encoded)
         return bytes(encoded)
@@ -208,7 +209,7 @@ def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> 
     """Store encoded chunk objects of ``array`` (keys relative to it): files when local."""
     if not objects:
         return
-    base = _local_directory(array)
+    base = None if array.store_path.store.read_only else _local_directory(array)
     if base is not None:
         _write_files(base, objects)
         return
@@ -218,11 +219,12 @@ def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> 
 
 
 def _local_directory(array: zarr.Array[Any]) -> Path | None:
-    """The directory of ``array`` when it is in a plain local directory store, else None."""
+    """The directory of ``array`` when it is in a plain local directory store, else None (a
+    subclass may hook its reads and writes)."""
     from zarr.storage import LocalStore
 
     store = array.store_path.store
-    if type(store) is not LocalStore or store.read_only:  # a subclass may hook writes
+    if type(store) is not LocalStore:
         return None
     return Path(store.root) / array.store_path.path
 
@@ -689,14 +691,11 @@ def _local_files(
     a fraction of an asyncio fetch, a hand-off and a decode, which dominates for 128 KB chunks.
     None when any array is not a local one in codecs this package decodes.
     """
-    from zarr.storage import LocalStore
-
     jobs = []
     for array, ids in requests:
-        store, compressors = array.store_path.store, _compressors(array)
-        if type(store) is not LocalStore or compressors is None:  # a subclass may hook reads
+        base, compressors = _local_directory(array), _compressors(array)
+        if base is None or compressors is None:
             return None
-        base = Path(store.root) / array.store_path.path
         jobs += [(array, base / chunk_key(array, int(i)), compressors) for i in ids]
     return jobs
 
