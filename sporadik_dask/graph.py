@@ -33,7 +33,7 @@ from dask.highlevelgraph import Layer as DaskLayer
 from sporadik_dask import tasks
 from sporadik_dask.plan import LayoutPlan, WritePlan
 from sporadik_dask.spec import MAXIMA, LayoutGeometry
-from sporadik_dask.spill import directory_for
+from sporadik_dask.spill import SpillTo, directory_for, shared_directory_for
 
 if TYPE_CHECKING:
     from sporadik_dask.read.reader import StoreReader
@@ -503,43 +503,51 @@ def write_graph(
     plans: Mapping[int, LayoutPlan],
     arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
     spilled: Mapping[int, int] | None = None,
-) -> tuple[HighLevelGraph, list[Key], str | None]:
+    shared: Any = None,
+) -> tuple[HighLevelGraph, list[Key], SpillTo | None]:
     """The graph writing every zarr chunk of every planned layout, the keys of its writes, and
-    the directory the ``spilled`` layouts' parts go to off a distributed worker (or None).
+    where the ``spilled`` layouts' parts go (or None).
 
     ``spilled`` maps a layout's axis to its first piece whose parts go to disk; the pieces
-    before it keep theirs in memory.
+    before it keep theirs in memory. On a distributed worker they go inside the directory of
+    the zarr group ``shared`` (the store being written), when it has one
+    (:func:`~sporadik_dask.spill.shared_directory_for`); else a worker keeps them.
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
     write the same bytes to the same arrays. The layer is :class:`Deferred`: its tasks are made
     where it is read, from the pieces' keys, the :class:`~sporadik_dask.plan.WritePlan` s and the
-    arrays. The spill directory is this write's own (:mod:`sporadik_dask.spill`), so removing it
-    never touches another pending write's parts.
+    arrays. The spill directories are this write's own (:mod:`sporadik_dask.spill`), so removing
+    them never touches another pending write's parts.
     """
     targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
     spilled = dict(sorted((spilled or {}).items()))
     token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, spilled)
     name = f"sporadik-write-{token}"
-    directory = directory_for(f"{token}-{uuid.uuid4().hex[:8]}") if spilled else None
+    own = f"{token}-{uuid.uuid4().hex[:8]}"
+    where = (
+        SpillTo(directory_for(own), None if shared is None else shared_directory_for(shared, own))
+        if spilled
+        else None
+    )
     layouts = {
         axis: (
             f"{name}-{axis}",
             plan.for_write(),
             arrays[axis],
-            (directory, spilled[axis]) if axis in spilled else None,
+            (where, spilled[axis]) if where is not None and axis in spilled else None,
         )
         for axis, plan in plans.items()
     }
     writes = [key for found in layouts.values() for _, key in _write_keys(found[0], found[1])]
     layer = Deferred(_write_layers, tuple(pieces.keys), layouts)
-    return _extend(pieces.graph, name, layer), writes, directory
+    return _extend(pieces.graph, name, layer), writes, where
 
 
 def _write_layers(
     pieces: Sequence[Key],
     layouts: Mapping[
-        int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[str, int] | None]
+        int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[SpillTo, int] | None]
     ],
 ) -> Layer:
     """Pure: every layout's :func:`_write_layer`, in one layer."""
@@ -563,15 +571,15 @@ def _write_layer(
     pieces: Sequence[Key],
     plan: WritePlan,
     arrays: Mapping[str, tasks.ArrayRef],
-    spill_to: tuple[str, int] | None = None,
+    spill_to: tuple[SpillTo, int] | None = None,
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     1. Shuffle the pieces into the plan's partitions, each sorted into
        :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``;
        a partition gathers from the pieces whose span meets it (:meth:`WritePlan.sources`).
-       With ``spill_to``, ``(directory, first)``, the parts of piece ``first`` and after go
-       to files there, off a distributed worker.
+       With ``spill_to``, ``(where, first)``, the parts of piece ``first`` and after go
+       to files where :class:`~sporadik_dask.spill.SpillTo` says.
     2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
        partitions that fill it, and write its whole zarr chunks (or shards) in one task.
     3. With no position there is no partition: write ``indptr``, ``[0]``.
@@ -588,7 +596,7 @@ def _write_layer(
         )
         for p in range(plan.partitions)
     ]
-    directory, first = spill_to or (None, len(pieces))
+    where, first = spill_to or (None, len(pieces))
 
     def split(b: int) -> Call:
         return (
@@ -598,7 +606,7 @@ def _write_layer(
             plan.index_shape,
             plan.bounds,
             plan.index_dtype,
-            directory if b >= first else None,
+            where if b >= first else None,
         )
 
     sources = plan.sources(len(pieces))

@@ -1,17 +1,22 @@
-"""A write's shuffle parts kept on local disk, for the schedulers that cannot spill them.
+"""A write's shuffle parts kept on disk rather than in memory while they wait for their sort.
 
 A layout whose partitions gather from every piece (the CSC layout of row blocks) holds every
-value's part, 12 bytes a value, until its first sort runs. A ``dask.distributed`` worker spills
-what it holds past its memory target; the threaded, synchronous and process schedulers hold it
-all, so a threaded write grew with the values. Above ``sporadik.spill-bytes`` of such parts,
-each split task writes its piece's parts to one file of the write's spill directory and returns
-where each part lies; the sort task reads them back one at a time, into one buffer, and deals
-each straight into its runs (:class:`PartReader`). On a distributed worker the same task keeps
-its parts in memory, where distributed's own spilling (and its transfers between workers)
-apply: a worker's local file would not be readable by the worker running the sort.
+value's part, 12 bytes a value, until its first sort runs. The threaded, synchronous and process
+schedulers would hold it all, so a threaded write grew with the values; a ``dask.distributed``
+worker holds it until its own spill thresholds (60 and 70 % of its memory limit), where the
+parts set the worker's peak whatever our tasks do, and half of them are pickled to the worker
+running their sort. Past ``sporadik.spill-bytes`` of such parts, each split task writes its
+piece's parts to one file and returns where each part lies; the sort task reads them back one
+at a time, into one buffer, and deals each straight into its runs (:class:`PartReader`).
 
-The directory lies under dask's ``temporary-directory`` (else the system's), is made by the
-first split that needs it and is removed by :func:`remove` once the write has finished or failed.
+Where the file goes is :class:`SpillTo`'s to say. Off a distributed worker, a directory under
+dask's ``temporary-directory`` (else the system's). On a worker, one every worker can read:
+inside the target store's own directory, when it is a local directory store (every worker
+writes its chunks there, so every worker sees it); a worker's own temporary directory would not
+be readable by the worker running the sort. Writing to an object store or a memory store, a
+worker keeps its parts, and distributed's own spilling and transfers apply. A directory is made
+by the first split that needs it and removed by :func:`remove` once the write has finished or
+failed, before the block is written.
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PartReader", "SpilledPart", "directory_for", "on_worker", "remove", "write_parts"]
+__all__ = [
+    "PartReader",
+    "SpillTo",
+    "SpilledPart",
+    "directory_for",
+    "on_worker",
+    "remove",
+    "shared_directory_for",
+    "write_parts",
+]
 
 
 class SpilledPart(NamedTuple):
@@ -48,6 +62,38 @@ class SpilledPart(NamedTuple):
     @property
     def size(self) -> int:
         return self.hi - self.lo
+
+
+class SpillTo(NamedTuple):
+    """Where a write's split tasks put the parts they spill: ``local`` off a distributed worker,
+    ``shared`` (or nowhere: the parts stay in memory) on one."""
+
+    local: str
+    shared: str | None
+
+    def here(self) -> str | None:
+        """The directory for a task running here, or None to keep its parts in memory."""
+        return self.shared if on_worker() else self.local
+
+    @property
+    def directories(self) -> tuple[str, ...]:
+        return (self.local,) if self.shared is None else (self.local, self.shared)
+
+
+def shared_directory_for(group: Any, token: str) -> str | None:
+    """The spill directory of the write named ``token`` inside the directory of ``group``'s
+    store, when it is a plain local directory store written in place, else None.
+
+    Inside the store, not beside it: the store's directory is the one place every worker
+    writing the store can write and read, and a write cut short leaves its parts in the torn
+    store that ``overwrite=True`` replaces, not beside it where nothing removes them.
+    """
+    from zarr.storage import LocalStore
+
+    store = group.store_path.store
+    if type(store) is not LocalStore or store.read_only:
+        return None
+    return os.path.join(str(store.root), group.store_path.path, f".sporadik-parts-{token}")
 
 
 def directory_for(token: str) -> str:
@@ -89,9 +135,10 @@ def write_parts(
             failed.errno,
             f"Cannot spill the write's shuffle parts to {directory} ({failed.strerror}); this "
             f"piece's parts are {pairs.nbytes + data.nbytes:,} bytes (a float32 layout's are "
-            "12 bytes a value). Point dask's temporary-directory at a writable directory with "
-            "room (dask.config.set({'temporary-directory': ...})), or keep the parts in memory "
-            "with dask.config.set({'sporadik.spill-bytes': -1}).",
+            "12 bytes a value). On a local scheduler, point dask's temporary-directory at a "
+            "writable directory with room (dask.config.set({'temporary-directory': ...})); on "
+            "a cluster, make room beside the store. Or keep the parts in memory with "
+            "dask.config.set({'sporadik.spill-bytes': -1}).",
         ) from failed
     length = data.shape[0]
     return [
@@ -181,7 +228,7 @@ def _read_at(file: Any, offset: int, out: npt.NDArray[Any]) -> None:
         got += n
 
 
-def remove(directory: str | None) -> None:
-    """Remove a write's spill directory, if it was made."""
-    if directory is not None:
+def remove(directories: Sequence[str]) -> None:
+    """Remove a write's spill directories, those that were made."""
+    for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)

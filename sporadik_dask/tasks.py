@@ -31,7 +31,7 @@ from sporadik_dask.kernels import (
     split_by_bounds,
 )
 from sporadik_dask.spec import check_indices
-from sporadik_dask.spill import PartReader, SpilledPart, on_worker, write_parts
+from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -329,13 +329,14 @@ def split_piece(
     index_shape: Sequence[int],
     bounds: npt.NDArray[np.int64],
     index_dtype: npt.DTypeLike,
-    spill_to: str | None = None,
+    spill_to: SpillTo | None = None,
 ) -> list[Part] | list[SpilledPart]:
     """Split one piece's values by the partition their position along ``axis`` falls in.
 
     Positions and indices are narrowed to the layout's index width here, so every later copy
-    moves half the bytes of int64 when the layout is int32. With ``spill_to`` (a directory),
-    off a distributed worker, the parts go to one file there and what is returned says where.
+    moves half the bytes of int64 when the layout is int32. With ``spill_to``, the parts go to
+    one file in its directory for where the task runs (if it has one), and what is returned
+    says where.
     """
     coords, data = piece
     width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
@@ -356,8 +357,9 @@ def split_piece(
     else:
         pairs, data, counts = split
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
-    if spill_to is not None and not on_worker():
-        return write_parts(spill_to, pairs, data, edges)
+    directory = None if spill_to is None else spill_to.here()
+    if directory is not None:
+        return write_parts(directory, pairs, data, edges)
     return [Part(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
 
 

@@ -76,14 +76,15 @@ class StoreWrite(DaskMethodsMixin):
         store: Any,
         block: Block,
         location: str,
-        spill_to: str | None = None,
+        spill_to: spill.SpillTo | None = None,
     ) -> None:
         self._graph, self._keys, self._store = graph, keys, store
-        self._block, self._location, self._spill = block, location, spill_to
+        self._block, self._location = block, location
+        self._spill = () if spill_to is None else spill_to.directories
         self._name: str = list(graph.layers)[-1]
         self._done = False  # every chunk write seen to return, by compute or wait
-        if spill_to is not None:  # a write computed by dask.compute, or never, leaves no parts
-            weakref.finalize(self, spill.remove, spill_to)
+        if self._spill:  # a write computed by dask.compute, or never, leaves no parts
+            weakref.finalize(self, spill.remove, self._spill)
 
     def __dask_graph__(self) -> HighLevelGraph:
         return self._graph
@@ -200,7 +201,7 @@ def _written(results: list[None]) -> int:
 
 
 def _commit(
-    results: Any, store: Any, block: Block, location: str, spill_to: str | None = None
+    results: Any, store: Any, block: Block, location: str, spill_to: Sequence[str] = ()
 ) -> StoreDescription:
     """Remove the write's spilled parts, write the block, last, and describe what it now says."""
     spill.remove(spill_to)
@@ -425,9 +426,10 @@ def to_sporadik(
     compute
         If False, return a :class:`StoreWrite`; computing it writes, then commits the block.
     partition_bytes
-        Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``. On a
-        local scheduler, a layout's shuffle parts past ``sporadik.spill-bytes`` wait on local
-        disk rather than in memory (:mod:`sporadik_dask.spill`).
+        Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``. A
+        layout's shuffle parts past ``sporadik.spill-bytes`` wait on disk rather than in
+        memory: on a local scheduler under dask's ``temporary-directory``, on a cluster inside
+        a local directory store (:mod:`sporadik_dask.spill`).
     columns, values
         For a dask DataFrame: its coordinate columns, one per axis, and its value column (without
         one, each row counts one). A column of names becomes a labelled axis, its sorted distinct
@@ -478,7 +480,7 @@ def _write(
     pieces = len(source.pieces.keys)
     held = {axis: held_pieces(plan, pieces) for axis, plan in plans.items()}
     spilled = {axis: first for axis, first in held.items() if first < pieces}
-    graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled)
+    graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled, shared=layouts)
     write = StoreWrite(graph, keys, layouts.store, block, location, spill_to)
     if compute:
         description: StoreDescription = write.compute()

@@ -14,7 +14,7 @@ import sporadik
 from distributed import Client, get_task_stream
 
 import sporadik_dask as sd
-from tests.helpers import random_dense
+from tests.helpers import S3Bucket, random_dense
 
 
 @pytest.mark.parametrize("rank", [2, 3])
@@ -56,29 +56,51 @@ def test_a_cluster_makes_a_write_s_shuffle_tasks_on_the_scheduler_not_the_client
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 
 
-def test_a_cluster_keeps_shuffle_parts_in_its_workers_where_distributed_spills_them(
+def test_a_cluster_spills_shuffle_parts_inside_the_store_every_worker_writes(
     tmp_path: Path, client: Client
 ) -> None:
-    # Even told to spill every layout, a worker returns its parts: a file on one worker's disk
-    # could not be read by the worker running the sort.
+    # A file in one worker's temporary directory could not be read by the worker running the
+    # sort; the local directory store is written by every worker, so the parts go there.
     dense = random_dense(np.random.default_rng(6), (120, 90), 0.2)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     with dask.config.set({"sporadik.spill-bytes": 0, "temporary-directory": str(scratch)}):
         write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
-        assert isinstance(write, sd.StoreWrite) and write._spill is not None
+        assert isinstance(write, sd.StoreWrite)
         with get_task_stream(client) as stream:
             futures = write.futures(client)
             assert len(futures) == len(write.__dask_keys__())
             with pytest.raises(ValueError, match="pass what futures"):
                 write.wait(client, futures[:1])
             write.wait(client, futures)
-    assert any("-sort-split" in str(task["key"]) for task in stream.data)
-    assert list(scratch.iterdir()) == []  # before the commit, which would remove any
+    sorts = {task["worker"] for task in stream.data if "-sort-" in str(task["key"])}
+    assert len(sorts) == 2
+    assert list(scratch.iterdir()) == []  # no worker used its own temporary directory
+    parts = list((tmp_path / "s.zarr" / "layouts").glob(".sporadik-parts-*/*.parts"))
+    assert len(parts) == 2 * 12  # every piece of both layouts, each in one file
     write.commit()
+    assert list((tmp_path / "s.zarr").rglob(".sporadik-parts-*")) == []
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+
+
+def test_a_cluster_writing_an_object_store_keeps_its_parts_in_its_workers(
+    s3: S3Bucket, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(8), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    url, options = f"s3://{s3['bucket']}/parts.zarr", s3["storage_options"]
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        write = sd.to_sporadik(x, url, compute=False, partition_bytes=4000, storage_options=options)
+        assert isinstance(write, sd.StoreWrite)
+        local, *shared = write._spill
+        assert shared == []
+        write.wait(client, write.futures(client))
+    assert not Path(local).exists()  # before the commit, which would remove it
+    write.commit()
+    stored = sd.from_sporadik(url, storage_options=options).compute()
+    np.testing.assert_array_equal(stored.todense(), dense)
 
 
 def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> None:

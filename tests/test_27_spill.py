@@ -122,13 +122,16 @@ def test_a_pending_write_dropped_uncomputed_leaves_no_spill_directory(
     with dask.config.set({"sporadik.spill-bytes": 0}):
         write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False)
     assert isinstance(write, sd.StoreWrite)
-    # a split ran, then the write was dropped: its directory goes with it
-    made = write._spill
-    assert made is not None and made.startswith(str(scratch))
-    Path(made).mkdir()
-    (Path(made) / "x.parts").write_bytes(b"0")
+    # splits ran (here, and on a worker into the store), then the write was dropped: the
+    # directories go with it
+    local, shared = write._spill
+    assert local.startswith(str(scratch)) and shared.startswith(str(tmp_path / "a.zarr"))
+    for made in (local, shared):
+        Path(made).mkdir()
+        (Path(made) / "x.parts").write_bytes(b"0")
     del write
     assert list(scratch.iterdir()) == []
+    assert not Path(shared).exists()
 
 
 def test_the_csc_layout_of_row_blocks_spills_before_its_streaming_csr_layout() -> None:
