@@ -2,7 +2,10 @@
 cluster, the input generated lazily inside the workers; at 1x, the same write on one worker and
 on threads, side by side in the same run.
 
-    .venv/bin/python benchmarks/scaling.py --factors 1 8 --memory-limit 2GB
+    .venv/bin/python benchmarks/scaling.py --factors 1 8 --memory-limit 2GB --repeats 3
+
+``--repeats`` runs the smallest factor's three writes that many rounds, in turn, and compares
+their medians: the machine's noise is larger than the differences measured.
 
 Each write runs in a fresh process of its own (the cluster, or the threads, with it), after a
 small warm-up write on the same workers, timed apart. Reported
@@ -169,6 +172,9 @@ def main() -> None:
     parser.add_argument(
         "--spill-at", type=float, help="distributed's memory target (spill threshold + 0.1)"
     )
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of the smallest factor's three writes"
+    )
     parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -177,9 +183,12 @@ def main() -> None:
         return
     # at the smallest factor: one worker, two, and threads, side by side
     first = min(args.factors)
-    plans = [(first, 2), (first, 1), (first, 0)] + [(f, 2) for f in args.factors if f != first]
+    plans = [
+        *((first, workers, r) for r in range(args.repeats) for workers in (2, 1, 0)),
+        *((f, 2, 0) for f in args.factors if f != first),
+    ]
     results = []
-    for factor, workers in plans:
+    for factor, workers, round_ in plans:
         child = subprocess.run(
             [sys.executable, __file__, "--child", str(factor), str(workers),
              "--memory-limit", args.memory_limit, "--work", str(args.work),
@@ -190,10 +199,29 @@ def main() -> None:
         if child.returncode != 0:
             print(child.stderr[-2000:], file=sys.stderr)
             raise SystemExit(f"{factor}x on {workers} workers failed")
-        result = json.loads(child.stdout.strip().splitlines()[-1])
+        result = {**json.loads(child.stdout.strip().splitlines()[-1]), "round": round_}
         print(result, flush=True)
         results.append(result)
     _report(args, results)
+
+
+def _medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per factor and place: each measure's median over its rounds."""
+    import statistics
+
+    rows = []
+    for key in dict.fromkeys((r["factor"], r["workers"]) for r in results):
+        runs = [r for r in results if (r["factor"], r["workers"]) == key]
+        row = dict(runs[0])
+        for name in ("seconds", "planning", "generating", "worker_gib", "graph_mib", "warm_up"):
+            row[name] = statistics.median(r[name] for r in runs)
+        row["restarted"] = any(r["restarted"] for r in runs)
+        rows.append(row)
+    return rows
+
+
+def _round(r: dict[str, Any], repeats: int, first: int) -> str:
+    return f", round {r['round'] + 1}" if repeats > 1 and r["factor"] == first else ""
 
 
 def _where(r: dict[str, Any]) -> str:
@@ -207,7 +235,8 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    scales = sorted((r for r in results if r["workers"] == 2), key=lambda r: r["nnz"])
+    medians = _medians(results)
+    scales = sorted((r for r in medians if r["workers"] == 2), key=lambda r: r["nnz"])
     nnz = [r["nnz"] for r in scales]
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(12, 3.5))
     per = [r["seconds"] / r["nnz"] * 1e7 for r in scales]
@@ -222,7 +251,7 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     middle.legend()
     middle.set(xlabel="nonzeros", ylabel="largest worker RSS (GiB)", title="memory")
     middle.set_ylim(0, None)
-    side = [r for r in results if r["factor"] == min(args.factors)]
+    side = [r for r in medians if r["factor"] == min(args.factors)]
     right.bar([_where(r) for r in side], [r["seconds"] for r in side])
     right.set(ylabel="wall time (s)", title=f"{min(args.factors)}x, the same cores")
     for ax in (left, middle):
@@ -233,9 +262,20 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     cells = f" --cells {args.cells}" if args.cells != CELLS else ""
     if args.spill_at is not None:
         cells += f" --spill-at {args.spill_at}"
-    by = {(r["factor"], r["workers"]): r for r in results}
+    by = {(r["factor"], r["workers"]): r for r in medians}
     lead = by[(min(args.factors), 2)]
     one, threads = by[(min(args.factors), 1)], by[(min(args.factors), 0)]
+    first = min(args.factors)
+    rounds = [
+        {r["workers"]: r["seconds"] for r in results if r["round"] == k and r["factor"] == first}
+        for k in range(args.repeats)
+    ]
+    each = ""
+    if args.repeats > 1:
+        faster = ", ".join(f"{r[1] / r[2]:.2f}x" for r in rounds)
+        slower = ", ".join(f"{r[2] / r[0]:.2f}x" for r in rounds)
+        each = f" Round by round: {faster} as fast, and {slower} the time."
+        cells += f" --repeats {args.repeats}"
     lines = [
         "# Out-of-core scaling",
         "",
@@ -259,7 +299,8 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         "largest worker RSS GiB | restarted | graph MiB | warm-up s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['factor']}x | {_where(r)} | {r['nnz']:,} | {r['seconds']:.1f} | "
+            f"| {r['factor']}x | {_where(r)}{_round(r, args.repeats, first)} | {r['nnz']:,} | "
+            f"{r['seconds']:.1f} | "
             f"{r['seconds'] / r['nnz'] * 1e7:.2f} | {r['planning'] / r['seconds']:.0%} | "
             f"{r['generating'] / r['seconds']:.0%} | "
             f"{r['worker_gib']:.2f} | {'yes' if r['restarted'] else 'no'} | "
@@ -269,7 +310,9 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         "",
         f"At {min(args.factors)}x, two workers wrote {one['seconds'] / lead['seconds']:.2f}x as "
         f"fast as one, and the 2-worker cluster took {lead['seconds'] / threads['seconds']:.2f}x "
-        "the time of two threads on the same cores.",
+        "the time of two threads on the same cores"
+        + (f" (medians of {args.repeats} rounds, each its three writes in turn)." if each else ".")
+        + each,
         "",
         "![time per value, largest worker and the same write by where it runs](scaling.png)",
         "",

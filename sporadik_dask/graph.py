@@ -558,10 +558,14 @@ def _write_layers(
 
 
 def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
-    """The key of every write task of one layout, and the array it writes."""
+    """The key of every write task of one layout, and the array it writes (``"runs"`` for a
+    partition's, which writes every region that partition fills alone)."""
+    for p in range(plan.partitions):
+        yield "runs", (f"{name}-wrote", p)
     for array in RUN_ARRAYS:
-        for r in range(len(plan.regions[array])):
-            yield array, (f"{name}-write-{array}", r)
+        for r, region in enumerate(plan.regions[array]):
+            if len(region.sources) > 1:
+                yield array, (f"{name}-write-{array}", r)
     if not plan.partitions:
         yield "indptr", (f"{name}-write-indptr", 0)
 
@@ -575,19 +579,34 @@ def _write_layer(
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
-    1. Shuffle the pieces into the plan's partitions, each sorted into
-       :class:`~sporadik_dask.tasks.Runs`, which also hold the partition's slice of ``indptr``;
-       a partition gathers from the pieces whose span meets it (:meth:`WritePlan.sources`).
-       With ``spill_to``, ``(where, first)``, the parts of piece ``first`` and after go
-       to files where :class:`~sporadik_dask.spill.SpillTo` says.
-    2. Per region of ``indices``, ``data``, ``maxima`` and ``indptr``, take the slices of the
-       partitions that fill it, and write its whole zarr chunks (or shards) in one task.
-    3. With no position there is no partition: write ``indptr``, ``[0]``.
+    1. Shuffle the pieces into the plan's partitions; a partition gathers from the pieces whose
+       span meets it (:meth:`WritePlan.sources`). With ``spill_to``, ``(where, first)``, the
+       parts of piece ``first`` and after go to files where
+       :class:`~sporadik_dask.spill.SpillTo` says.
+    2. Each partition's task sorts it into :class:`~sporadik_dask.tasks.Runs` (which also hold
+       its slice of ``indptr``), writes every region of ``indices``, ``data``, ``maxima`` and
+       ``indptr`` it fills alone, and returns the slices the regions it shares need
+       (:func:`~sporadik_dask.tasks.write_partition`), so no partition's runs wait for a write.
+    3. Each shared region (a chunk a partition edge cuts, or one spanning several partitions)
+       takes those slices and writes its whole zarr chunks (or shards) in one task.
+    4. With no position there is no partition: write ``indptr``, ``[0]``.
     """
     bounds, starts = plan.bounds.tolist(), plan.starts.tolist()
+    own: list[list[tasks.OwnRegion]] = [[] for _ in range(plan.partitions)]
+    edges: list[list[tuple[str, int, int]]] = [[] for _ in range(plan.partitions)]
+    for array in RUN_ARRAYS:
+        for region in plan.regions[array]:
+            if len(region.sources) == 1:
+                ((p, lo, hi),) = region.sources
+                own[p].append((arrays[array], region.start, region.stop, array, lo, hi))
+            else:
+                for p, lo, hi in region.sources:
+                    edges[p].append((array, lo, hi))
     combine = [
         (
-            tasks.sort_partition,
+            tasks.write_partition,
+            tuple(own[p]),
+            tuple(edges[p]),
             bounds[p],
             bounds[p + 1],
             plan.extent,
@@ -610,17 +629,20 @@ def _write_layer(
         )
 
     sources = plan.sources(len(pieces))
-    runs, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)
-    regions = {array: iter(plan.regions[array]) for array in RUN_ARRAYS}
+    sorted_, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)
+    regions = {array: list(plan.regions[array]) for array in RUN_ARRAYS}
     takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
     for array, key in _write_keys(name, plan):
+        if array == "runs":
+            layer[key] = (tasks.wrote, sorted_[key[1]])
+            continue
         if not plan.partitions:  # an empty axis: no region, and indptr is [0]
             layer[key] = (tasks.write_array, arrays[array], 0, np.zeros(1, plan.index_dtype))
             continue
-        region = next(regions[array])
+        region = regions[array][key[1]]
         slices = []
         for i, (p, lo, hi) in enumerate(region.sources):
             slices.append((takes[array], key[1], i))
-            layer[slices[-1]] = (tasks.take, runs[p], array, lo, hi)
+            layer[slices[-1]] = (tasks.edge, sorted_[p], array, lo, hi)
         layer[key] = (tasks.write_region, arrays[array], region.start, region.stop, *slices)
     return layer

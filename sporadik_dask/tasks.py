@@ -41,7 +41,9 @@ OPEN_ARRAYS = 64
 __all__ = [
     "ArrayRef",
     "Counted",
+    "Edges",
     "Merged",
+    "OwnRegion",
     "Part",
     "Piece",
     "Runs",
@@ -49,6 +51,7 @@ __all__ = [
     "add_counts",
     "checked_columns",
     "count_piece",
+    "edge",
     "frame_piece",
     "merge_pieces",
     "piece_of_block",
@@ -56,10 +59,11 @@ __all__ = [
     "sort_partition",
     "split_by_cell",
     "split_piece",
-    "take",
     "tally",
     "write_array",
+    "write_partition",
     "write_region",
+    "wrote",
 ]
 
 
@@ -481,11 +485,49 @@ def _sorted_within_runs(
     return indices[order], data[order]
 
 
-def take(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
-    """Elements ``lo:hi`` of one partition's ``array`` (a field of :class:`Runs`): what one
-    region needs, so only that slice travels to the task writing the region."""
-    values: npt.NDArray[Any] = getattr(runs, array)[lo:hi]
-    return values
+#: A partition's slices that regions shared with its neighbours need, by ``(array, lo, hi)``.
+Edges = dict[tuple[str, int, int], npt.NDArray[Any]]
+
+#: A region a partition fills alone: ``(array's ref, start, stop, array, lo, hi)``, elements
+#: ``lo:hi`` of the partition's ``array`` written as the array's ``[start, stop)``.
+OwnRegion = tuple[ArrayRef, int, int, str, int, int]
+
+
+def write_partition(
+    own: Sequence[OwnRegion],
+    edges: Sequence[tuple[str, int, int]],
+    start: int,
+    stop: int,
+    extent: int,
+    index_dtype: npt.DTypeLike,
+    values: tuple[int, int],
+    *parts: Part | SpilledPart,
+) -> Edges:
+    """Sort one partition (:func:`sort_partition`), write the regions it fills alone, and return
+    copies of the slices the regions it shares with its neighbours need.
+
+    Writing in the task that sorts means no partition's runs outlive their sort. Given the runs
+    as a task's result, dask's order (threads and distributed alike) ran every sort of a layout
+    before any of its writes, since the one chunk of ``maxima`` and of ``indptr`` that spans
+    every partition made the sorts one path: a layout's whole values waited in memory, 8 bytes a
+    value for float32 with int32 indices, and on a cluster were pickled to the worker writing
+    them.
+    """
+    runs = sort_partition(start, stop, extent, index_dtype, values, *parts)
+    kept = {(array, lo, hi): getattr(runs, array)[lo:hi].copy() for array, lo, hi in edges}
+    for ref, first, last, array, lo, hi in own:
+        write_region(ref, first, last, getattr(runs, array)[lo:hi])
+    return kept
+
+
+def edge(kept: Edges, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
+    """Elements ``lo:hi`` of one partition's ``array``, which a shared region needs."""
+    return kept[(array, lo, hi)]
+
+
+def wrote(kept: Edges) -> None:
+    """That a partition's sort and its own regions' writes returned: one small result, so the
+    edges are never gathered by whoever waits for the write."""
 
 
 def write_region(ref: ArrayRef, start: int, stop: int, *slices: npt.NDArray[Any]) -> None:
