@@ -264,7 +264,7 @@ def pieces_of_layout(
 
 def _shuffle(
     name: str,
-    inputs: Sequence[Key],
+    inputs: Sequence[Key | Call],
     *,
     split: Call | Callable[[int], Call],
     combine: Sequence[Call],
@@ -550,10 +550,25 @@ def _write_layers(
         int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[SpillTo, int] | None]
     ],
 ) -> Layer:
-    """Pure: every layout's :func:`_write_layer`, in one layer."""
+    """Pure: every layout's :func:`_write_layer`, in one layer, each piece split for one layout
+    after another.
+
+    The layout whose partitions gather from the fewest pieces (the CSR layout of row blocks)
+    splits each piece first, and each next layout's split of that piece waits for it. Split
+    independently, dask's order (threads and distributed alike) made every piece and split the
+    CSC layout's parts first and kept each piece in memory for the CSR split until the CSC
+    layout was written: every input block waited, where chained, each block is split for both
+    layouts and released, and each CSR partition is sorted and written as soon as its pieces
+    are split.
+    """
     layer: Layer = {}
-    for name, plan, arrays, spill_to in layouts.values():
-        layer.update(_write_layer(name, pieces, plan, arrays, spill_to))
+    chained = sorted(
+        layouts.values(), key=lambda found: sum(map(len, found[1].sources(len(pieces))))
+    )
+    after = None
+    for name, plan, arrays, spill_to in chained:
+        layer.update(_write_layer(name, pieces, plan, arrays, spill_to, after))
+        after = f"{name}-sort-split"
     return layer
 
 
@@ -576,8 +591,12 @@ def _write_layer(
     plan: WritePlan,
     arrays: Mapping[str, tasks.ArrayRef],
     spill_to: tuple[SpillTo, int] | None = None,
+    after: str | None = None,
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
+
+    With ``after``, another layout's split name, each piece is split here only once that
+    layout's split of it has run (:func:`_write_layers` says why).
 
     1. Shuffle the pieces into the plan's partitions; a partition gathers from the pieces whose
        span meets it (:meth:`WritePlan.sources`). With ``spill_to``, ``(where, first)``, the
@@ -629,7 +648,12 @@ def _write_layer(
         )
 
     sources = plan.sources(len(pieces))
-    sorted_, layer = _shuffle(f"{name}-sort", pieces, split=split, combine=combine, sources=sources)
+    inputs = (
+        pieces
+        if after is None
+        else [(tasks.after, key, (after, b)) for b, key in enumerate(pieces)]
+    )
+    sorted_, layer = _shuffle(f"{name}-sort", inputs, split=split, combine=combine, sources=sources)
     regions = {array: list(plan.regions[array]) for array in RUN_ARRAYS}
     takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
     for array, key in _write_keys(name, plan):

@@ -49,6 +49,7 @@ __all__ = [
     "Runs",
     "Tally",
     "add_counts",
+    "after",
     "checked_columns",
     "count_piece",
     "edge",
@@ -518,6 +519,11 @@ def write_partition(
     for ref, first, last, array, lo, hi in own:
         write_region(ref, first, last, getattr(runs, array)[lo:hi])
     return kept
+
+
+def after(value: Any, done: Any) -> Any:
+    """``value``, once ``done`` (another task's result) exists: an order, not a computation."""
+    return value
 
 
 def edge(kept: Edges, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
