@@ -201,8 +201,15 @@ def maxima_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
     return np.abs(np.zeros(0, dtype=dtype)).dtype
 
 
-def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.int64]:
+def partition_bounds(
+    indptr: npt.NDArray[Any], target: int, spans: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
     """Cut the positions into ranges holding about ``target`` values each.
+
+    Given the input pieces' ``spans`` along the axis, when no two pieces share a position (the
+    rows of row blocks), the cuts fall between pieces (:func:`_cuts_between_pieces`): each
+    partition then gathers from its own pieces alone and is sorted as soon as they are split,
+    rather than waiting for a neighbouring piece that dask may split much later. Otherwise:
 
     1. Take as many partitions as ``nnz / target`` rounded up (one if there are no values).
     2. Cut at the first position whose offset reaches each multiple of ``nnz / partitions``.
@@ -215,6 +222,9 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
     positions = len(indptr) - 1
     if positions == 0:
         return np.zeros(1, dtype=np.int64)
+    starts = None if spans is None else _disjoint_starts(spans)
+    if starts is not None:
+        return _cuts_between_pieces(indptr, target, starts)
     nnz = int(indptr[-1])
     target = max(int(target), 1)
     count = max(math.ceil(nnz / target), 1)
@@ -223,6 +233,38 @@ def partition_bounds(indptr: npt.NDArray[Any], target: int) -> npt.NDArray[np.in
     cuts = np.concatenate((np.searchsorted(indptr, wanted, side="left"), heavy, heavy + 1))
     cuts = cuts[(cuts > 0) & (cuts < positions)]
     return np.unique(np.concatenate(([0], cuts, [positions]))).astype(np.int64)
+
+
+def _disjoint_starts(spans: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
+    """Each piece's first position, in order, when no two pieces' spans meet; else None."""
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    held = spans[spans[:, 1] >= spans[:, 0]]  # an empty piece spans (length, -1)
+    if len(held) < 2:
+        return None
+    held = held[np.argsort(held[:, 0], kind="stable")]
+    if np.any(held[1:, 0] <= held[:-1, 1]):
+        return None
+    return held[:, 0]
+
+
+def _cuts_between_pieces(
+    indptr: npt.NDArray[Any], target: int, starts: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Cuts at piece starts only, grouping whole pieces up to ``target`` values a partition; a
+    piece holding more is cut inside by :func:`partition_bounds`' own rule."""
+    positions = len(indptr) - 1
+    inner = starts[(starts > 0) & (starts < positions)]
+    edges = [0, *np.unique(inner).tolist(), positions]
+    target = max(int(target), 1)
+    cuts = [0]
+    for a, b in itertools.pairwise(edges):
+        if int(indptr[b] - indptr[a]) > target:  # a piece bigger than a partition
+            inside = partition_bounds(indptr[a : b + 1] - indptr[a], target) + a
+            cuts.extend(inside.tolist())
+        elif int(indptr[b] - indptr[cuts[-1]]) > target:
+            cuts.append(a)
+    cuts.append(positions)
+    return np.unique(np.asarray(cuts, dtype=np.int64))
 
 
 def regions_over(cuts: npt.NDArray[Any], chunk: int) -> tuple[Region, ...]:
@@ -292,7 +334,7 @@ def plan_layout(
     width = index_dtype(extent, nnz)
     indptr = np.zeros(len(counts) + 1, dtype=width)
     np.cumsum(counts, out=indptr[1:])
-    bounds = partition_bounds(indptr, partition_values)
+    bounds = partition_bounds(indptr, partition_values, spans)
     lengths, dtypes = _lengths(len(counts), nnz), _dtypes(np.dtype(dtype), width)
     chunks = {
         name: max(length if byte_addressable else chunk or chunk_for(dtypes[name], length), 1)

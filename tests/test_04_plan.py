@@ -32,6 +32,41 @@ def test_partitions_cover_every_position_once_and_stay_near_the_target(
         assert position in bounds and position + 1 in bounds
 
 
+@given(
+    counts=st.lists(st.integers(0, 30), min_size=1, max_size=60),
+    cuts=st.lists(st.integers(1, 59), max_size=12),
+    target=st.integers(1, 120),
+    overlap=st.booleans(),
+)
+def test_partitions_of_pieces_that_share_no_position_each_gather_from_their_own_pieces(
+    counts: list[int], cuts: list[int], target: int, overlap: bool
+) -> None:
+    # Row blocks: pieces cover runs of positions no other piece holds, so every partition is cut
+    # between pieces (or inside a piece bigger than the target) and meets only its own.
+    positions = len(counts)
+    edges = sorted({0, positions, *(c for c in cuts if c < positions)})
+    spans = np.array([[a, b - 1] for a, b in itertools.pairwise(edges)], dtype=np.int64)
+    if overlap and len(spans) > 1:
+        spans[1, 0] -= 1  # two pieces now share a position: the cuts are the plain rule's
+    indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    bounds = partition_bounds(indptr, target, spans)
+    assert bounds[0] == 0 and bounds[-1] == positions and np.all(np.diff(bounds) > 0)
+    sizes, widths = np.diff(indptr[bounds]), np.diff(bounds)
+    if overlap and len(spans) > 1:
+        np.testing.assert_array_equal(bounds, partition_bounds(indptr, target))
+        return
+    assert np.all((sizes <= 2 * target) | (widths == 1))
+    sources = partition_sources(bounds, spans, len(spans))
+    for p, found in enumerate(sources):
+        lo, hi = bounds[p], bounds[p + 1] - 1
+        # inside one piece, or made of whole pieces
+        assert len(found) == 1 or all(lo <= spans[i, 0] and spans[i, 1] <= hi for i in found)
+    grouped = [int(c) for c in bounds[1:-1] if c not in set(spans[:, 0].tolist())]
+    for c in grouped:  # a cut inside a piece: only in a piece holding more than the target
+        piece = next(i for i in range(len(spans)) if spans[i, 0] < c <= spans[i, 1])
+        assert indptr[spans[piece, 1] + 1] - indptr[spans[piece, 0]] > target
+
+
 def test_one_position_heavier_than_the_target_stays_whole_in_its_own_partition() -> None:
     counts = [1, 1, 1000, 1, 1]
     indptr = np.concatenate(([0], np.cumsum(counts)))
