@@ -250,8 +250,10 @@ def _disjoint_starts(spans: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | No
 def _cuts_between_pieces(
     indptr: npt.NDArray[Any], target: int, starts: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """Cuts at piece starts only, grouping whole pieces up to ``target`` values a partition; a
-    piece holding more is cut inside by :func:`partition_bounds`' own rule."""
+    """Cuts at piece starts only: a piece of at least a quarter of ``target`` values is a
+    partition of its own (two whole pieces to a partition would wait for each other, split in
+    whatever order dask takes them), smaller ones are grouped up to that quarter, and a piece
+    holding more than ``target`` is cut inside by :func:`partition_bounds`' own rule."""
     positions = len(indptr) - 1
     inner = starts[(starts > 0) & (starts < positions)]
     edges = [0, *np.unique(inner).tolist(), positions]
@@ -261,7 +263,10 @@ def _cuts_between_pieces(
         if int(indptr[b] - indptr[a]) > target:  # a piece bigger than a partition
             inside = partition_bounds(indptr[a : b + 1] - indptr[a], target) + a
             cuts.extend(inside.tolist())
-        elif int(indptr[b] - indptr[cuts[-1]]) > target:
+        elif a > cuts[-1] and (
+            int(indptr[a] - indptr[cuts[-1]]) >= target // 4
+            or int(indptr[b] - indptr[cuts[-1]]) > target
+        ):
             cuts.append(a)
     cuts.append(positions)
     return np.unique(np.asarray(cuts, dtype=np.int64))

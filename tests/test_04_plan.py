@@ -67,6 +67,17 @@ def test_partitions_of_pieces_that_share_no_position_each_gather_from_their_own_
         assert indptr[spans[piece, 1] + 1] - indptr[spans[piece, 0]] > target
 
 
+def test_row_blocks_of_a_third_of_a_partition_are_each_a_partition_and_small_ones_group() -> None:
+    # 4 blocks of 10 rows, 3 values a row: 30 values a block against a target of 100
+    indptr = np.arange(0, 121, 3, dtype=np.int64)
+    spans = np.array([[r, r + 9] for r in range(0, 40, 10)])
+    assert partition_bounds(indptr, 100, spans).tolist() == [0, 10, 20, 30, 40]
+    assert partition_bounds(indptr, 100).tolist() == [0, 20, 40]  # the plain rule straddles
+    # blocks of 2 rows (6 values) group up to a quarter of the target
+    small = np.array([[r, r + 1] for r in range(0, 40, 2)])
+    assert partition_bounds(indptr, 100, small).tolist() == [0, 10, 20, 30, 40]
+
+
 def test_one_position_heavier_than_the_target_stays_whole_in_its_own_partition() -> None:
     counts = [1, 1, 1000, 1, 1]
     indptr = np.concatenate(([0], np.cumsum(counts)))
