@@ -60,6 +60,7 @@ __all__ = [
     "read_chunks",
     "read_joined",
     "shard_of",
+    "writable_directory",
     "write_chunks",
 ]
 
@@ -209,7 +210,7 @@ def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> 
     """Store encoded chunk objects of ``array`` (keys relative to it): files when local."""
     if not objects:
         return
-    base = None if array.store_path.store.read_only else _local_directory(array)
+    base = writable_directory(array)
     if base is not None:
         _write_files(base, objects)
         return
@@ -218,7 +219,13 @@ def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> 
     run(_gather([(path / key).set(prototype.buffer.from_bytes(blob)) for key, blob in objects]))
 
 
-def _local_directory(array: zarr.Array[Any]) -> Path | None:
+def writable_directory(node: zarr.Array[Any] | zarr.Group) -> Path | None:
+    """The directory of ``node`` when it is in a plain local directory store that may be
+    written, else None: where files may be written in place, by this process or any worker."""
+    return None if node.store_path.store.read_only else _local_directory(node)
+
+
+def _local_directory(array: zarr.Array[Any] | zarr.Group) -> Path | None:
     """The directory of ``array`` when it is in a plain local directory store, else None (a
     subclass may hook its reads and writes)."""
     from zarr.storage import LocalStore

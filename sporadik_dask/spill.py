@@ -88,12 +88,10 @@ def shared_directory_for(group: Any, token: str) -> str | None:
     writing the store can write and read, and a write cut short leaves its parts in the torn
     store that ``overwrite=True`` replaces, not beside it where nothing removes them.
     """
-    from zarr.storage import LocalStore
+    from sporadik_dask.chunks import writable_directory
 
-    store = group.store_path.store
-    if type(store) is not LocalStore or store.read_only:
-        return None
-    return os.path.join(str(store.root), group.store_path.path, f".sporadik-parts-{token}")
+    base = writable_directory(group)
+    return None if base is None else os.path.join(base, f".sporadik-parts-{token}")
 
 
 def directory_for(token: str) -> str:
