@@ -58,8 +58,13 @@ def run(
     work: Path,
     cells: int = CELLS,
     spill_at: float | None = None,
+    keep_freed: bool = False,
 ) -> dict[str, Any]:
-    """One write of ``factor`` x the data on ``workers`` cluster workers (0: on two threads)."""
+    """One write of ``factor`` x the data on ``workers`` cluster workers (0: on two threads).
+
+    With ``keep_freed``, the workers start without distributed's ``MALLOC_TRIM_THRESHOLD_``,
+    so glibc keeps memory a task frees for the next task instead of handing it back to the
+    system, which each later allocation then pays for again in page faults."""
     import dask
 
     import sporadik_dask as sd
@@ -90,6 +95,9 @@ def run(
             stack.enter_context(
                 dask.config.set({f"{memory}.target": spill_at, f"{memory}.spill": spill_at + 0.1})
             )
+        if keep_freed:
+            environ = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+            stack.enter_context(dask.config.set({environ: None}))
         if workers:
             from distributed import Client, LocalCluster
 
@@ -145,6 +153,7 @@ def run(
         "restarted": restarted,
         "graph_mib": graph_bytes / 2**20,
         "warm_up": warm_up,
+        "keep_freed": keep_freed,
     }
 
 
@@ -175,22 +184,34 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=1, help="rounds of the smallest factor's three writes"
     )
-    parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--keep-freed",
+        action="store_true",
+        help="also write at the smallest factor on 2 workers started without distributed's "
+        "MALLOC_TRIM_THRESHOLD_, in each round",
+    )
+    parser.add_argument("--child", nargs=3, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.child:
-        print(json.dumps(run(*args.child, args.memory_limit, args.work, args.cells, args.spill_at)))
+        factor, workers, keep_freed = args.child
+        result = run(
+            factor, workers, args.memory_limit, args.work, args.cells, args.spill_at,
+            bool(keep_freed),
+        )  # fmt: skip
+        print(json.dumps(result))
         return
     # at the smallest factor: one worker, two, and threads, side by side
     first = min(args.factors)
+    where = [(2, 0), *([(2, 1)] if args.keep_freed else []), (1, 0), (0, 0)]
     plans = [
-        *((first, workers, r) for r in range(args.repeats) for workers in (2, 1, 0)),
-        *((f, 2, 0) for f in args.factors if f != first),
+        *((first, workers, kept, r) for r in range(args.repeats) for workers, kept in where),
+        *((f, 2, 0, 0) for f in args.factors if f != first),
     ]
     results = []
-    for factor, workers, round_ in plans:
+    for factor, workers, kept, round_ in plans:
         child = subprocess.run(
-            [sys.executable, __file__, "--child", str(factor), str(workers),
+            [sys.executable, __file__, "--child", str(factor), str(workers), str(kept),
              "--memory-limit", args.memory_limit, "--work", str(args.work),
              "--cells", str(args.cells),
              *(["--spill-at", str(args.spill_at)] if args.spill_at is not None else [])],
@@ -210,8 +231,8 @@ def _medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     import statistics
 
     rows = []
-    for key in dict.fromkeys((r["factor"], r["workers"]) for r in results):
-        runs = [r for r in results if (r["factor"], r["workers"]) == key]
+    for key in dict.fromkeys(_key(r) for r in results):
+        runs = [r for r in results if _key(r) == key]
         row = dict(runs[0])
         for name in ("seconds", "planning", "generating", "worker_gib", "graph_mib", "warm_up"):
             row[name] = statistics.median(r[name] for r in runs)
@@ -220,12 +241,19 @@ def _medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _key(r: dict[str, Any]) -> tuple[int, int, bool]:
+    return r["factor"], r["workers"], r["keep_freed"]
+
+
 def _round(r: dict[str, Any], repeats: int, first: int) -> str:
     return f", round {r['round'] + 1}" if repeats > 1 and r["factor"] == first else ""
 
 
 def _where(r: dict[str, Any]) -> str:
-    return f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}" if r["workers"] else "threads"
+    if not r["workers"]:
+        return "threads"
+    kept = ", freed memory kept" if r["keep_freed"] else ""
+    return f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}{kept}"
 
 
 def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
@@ -236,7 +264,9 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     import matplotlib.ticker
 
     medians = _medians(results)
-    scales = sorted((r for r in medians if r["workers"] == 2), key=lambda r: r["nnz"])
+    scales = sorted(
+        (r for r in medians if r["workers"] == 2 and not r["keep_freed"]), key=lambda r: r["nnz"]
+    )
     nnz = [r["nnz"] for r in scales]
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(12, 3.5))
     per = [r["seconds"] / r["nnz"] * 1e7 for r in scales]
@@ -252,7 +282,8 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     middle.set(xlabel="nonzeros", ylabel="largest worker RSS (GiB)", title="memory")
     middle.set_ylim(0, None)
     side = [r for r in medians if r["factor"] == min(args.factors)]
-    right.bar([_where(r) for r in side], [r["seconds"] for r in side])
+    labels = [_where(r).replace(", freed memory kept", ",\nfreed kept") for r in side]
+    right.bar(labels, [r["seconds"] for r in side])
     right.set(ylabel="wall time (s)", title=f"{min(args.factors)}x, the same cores")
     for ax in (left, middle):
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -262,19 +293,28 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     cells = f" --cells {args.cells}" if args.cells != CELLS else ""
     if args.spill_at is not None:
         cells += f" --spill-at {args.spill_at}"
-    by = {(r["factor"], r["workers"]): r for r in medians}
-    lead = by[(min(args.factors), 2)]
-    one, threads = by[(min(args.factors), 1)], by[(min(args.factors), 0)]
+    if args.keep_freed:
+        cells += " --keep-freed"
     first = min(args.factors)
+    by = {_key(r): r for r in medians}
+    lead = by[(first, 2, False)]
+    one, threads = by[(first, 1, False)], by[(first, 0, False)]
     rounds = [
-        {r["workers"]: r["seconds"] for r in results if r["round"] == k and r["factor"] == first}
+        {
+            (r["workers"], r["keep_freed"]): r["seconds"]
+            for r in results
+            if r["round"] == k and r["factor"] == first
+        }
         for k in range(args.repeats)
     ]
     each = ""
     if args.repeats > 1:
-        faster = ", ".join(f"{r[1] / r[2]:.2f}x" for r in rounds)
-        slower = ", ".join(f"{r[2] / r[0]:.2f}x" for r in rounds)
+        faster = ", ".join(f"{r[1, False] / r[2, False]:.2f}x" for r in rounds)
+        slower = ", ".join(f"{r[2, False] / r[0, False]:.2f}x" for r in rounds)
         each = f" Round by round: {faster} as fast, and {slower} the time."
+        if args.keep_freed:
+            kept = ", ".join(f"{r[2, True] / r[0, False]:.2f}x" for r in rounds)
+            each += f" With freed memory kept, the cluster took {kept} the time of threads."
         cells += f" --repeats {args.repeats}"
     lines = [
         "# Out-of-core scaling",
@@ -293,7 +333,14 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         "whether any worker was replaced during the write. Each write follows a small one "
         f"({WARM_CELLS:,} cells) on the same workers or process, timed apart as *warm-up*: "
         "a fresh worker imports the package and loads its compiled kernels on its first "
-        "tasks, which a long-lived cluster pays once.",
+        "tasks, which a long-lived cluster pays once."
+        + (
+            " *Freed memory kept*: the workers start without the `MALLOC_TRIM_THRESHOLD_` "
+            "distributed sets (`distributed.nanny.pre-spawn-environ`), so memory a task frees "
+            "stays in the process for the next one."
+            if args.keep_freed
+            else ""
+        ),
         "",
         "| factor | where | nonzeros | wall s | s per 10 M values | planning | generating | "
         "largest worker RSS GiB | restarted | graph MiB | warm-up s |",

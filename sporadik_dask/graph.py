@@ -579,7 +579,7 @@ def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
         yield "runs", (f"{name}-wrote", p)
     for array in RUN_ARRAYS:
         for r, region in enumerate(plan.regions[array]):
-            if len(region.sources) > 1:
+            if region.shared:
                 yield array, (f"{name}-write-{array}", r)
     if not plan.partitions:
         yield "indptr", (f"{name}-write-indptr", 0)
@@ -615,12 +615,12 @@ def _write_layer(
     edges: list[list[tuple[str, int, int]]] = [[] for _ in range(plan.partitions)]
     for array in RUN_ARRAYS:
         for region in plan.regions[array]:
-            if len(region.sources) == 1:
-                ((p, lo, hi),) = region.sources
-                own[p].append((arrays[array], region.start, region.stop, array, lo, hi))
-            else:
+            if region.shared:
                 for p, lo, hi in region.sources:
                     edges[p].append((array, lo, hi))
+            elif region.sources:
+                ((p, lo, hi),) = region.sources
+                own[p].append((arrays[array], region.start, region.stop, array, lo, hi))
     combine = [
         (
             tasks.write_partition,

@@ -49,6 +49,12 @@ class Region:
     #: ``(partition, lo, hi)``: the region is the concatenation of ``partition[lo:hi]`` in order.
     sources: tuple[tuple[int, int, int], ...]
 
+    @property
+    def shared(self) -> bool:
+        """Whether several partitions fill the region, so a write task of its own joins their
+        slices; a region one partition fills alone is written by that partition's sort."""
+        return len(self.sources) > 1
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class LayoutPlan(LayoutGeometry):
