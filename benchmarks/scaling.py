@@ -182,7 +182,7 @@ def main() -> None:
         "--spill-at", type=float, help="distributed's memory target (spill threshold + 0.1)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="rounds of the smallest factor's three writes"
+        "--repeats", type=int, default=1, help="rounds of the smallest factor's writes side by side"
     )
     parser.add_argument(
         "--keep-freed",
