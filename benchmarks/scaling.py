@@ -39,6 +39,8 @@ DISCUSSION = "<!-- discussion: kept across runs -->"
 CELLS = 300_000
 #: Cells of the small write each run makes first, on the same workers: four blocks.
 WARM_CELLS = 40_000
+#: The config that starts workers without distributed's ``MALLOC_TRIM_THRESHOLD_``.
+KEEP_FREED = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
 def _watch(stop: threading.Event, peaks: dict[str, int], tree: bool) -> None:
@@ -96,8 +98,7 @@ def run(
                 dask.config.set({f"{memory}.target": spill_at, f"{memory}.spill": spill_at + 0.1})
             )
         if keep_freed:
-            environ = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
-            stack.enter_context(dask.config.set({environ: None}))
+            stack.enter_context(dask.config.set(KEEP_FREED))
         if workers:
             from distributed import Client, LocalCluster
 

@@ -6,7 +6,7 @@ summed by layer (the key's name without its token), and the minor page faults ea
 process took during the write. ``--keep-freed`` starts the workers without distributed's
 ``MALLOC_TRIM_THRESHOLD_``.
 
-    .venv/bin/python benchmarks/task_times.py [--keep-freed] [--cells 300000]
+    .venv/bin/python benchmarks/task_times.py [--keep-freed] [--cells N]
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from scaling import CELLS, KEEP_FREED, WARM_CELLS
 
 TOKEN = re.compile(r"-[0-9a-f]{32}")
 
@@ -36,7 +38,7 @@ def _faults() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=int, default=300_000)
+    parser.add_argument("--cells", type=int, default=CELLS)
     parser.add_argument("--keep-freed", action="store_true")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
     args = parser.parse_args()
@@ -48,7 +50,7 @@ def main() -> None:
     from sporadik_dask.synthetic import counts_matrix
 
     if args.keep_freed:
-        dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None})
+        dask.config.set(KEEP_FREED)
     args.work.mkdir(parents=True, exist_ok=True)
     out = args.work / "write.zarr"
     with (
@@ -61,7 +63,7 @@ def main() -> None:
         ) as cluster,
         Client(cluster) as client,
     ):
-        sd.to_sporadik(counts_matrix(cells=40_000), args.work / "warm.zarr", overwrite=True)
+        sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
         pending = sd.to_sporadik(
             counts_matrix(cells=args.cells), out, overwrite=True, compute=False
         )
