@@ -42,6 +42,7 @@ from zarr.codecs import (
 )
 from zarr.codecs.bytes import Endian
 
+from sporadik_dask import zstd
 from sporadik_dask.errors import FetchError, LayoutError
 from sporadik_dask.zarr_adapter import (
     async_array,
@@ -162,14 +163,15 @@ def _encoder(array: zarr.Array[Any], compressors: list[Any] | None = None) -> En
     if compressors is None:
         return None
     little = np.dtype(array.dtype).newbyteorder("<")
+    steps = [zstd.encoder(compressor) for compressor in compressors]
 
     def encode(values: npt.NDArray[Any]) -> bytes:
         encoded: Any = np.ascontiguousarray(values.astype(little, copy=False))
-        if not compressors:
+        if not steps:
             raw: bytes = encoded.tobytes()
             return raw
-        for compressor in compressors:  # the first reads the array's own buffer: no copy
-            encoded = compressor.encode(encoded)
+        for step in steps:  # the first reads the array's own buffer: no copy
+            encoded = step(encoded)
         return bytes(encoded)
 
     return encode

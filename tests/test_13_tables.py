@@ -33,9 +33,14 @@ def read_back(path: Path) -> npt.NDArray[Any]:
 
 
 def counts(shape: tuple[int, int], density: float, seed: int) -> sp.coo_matrix:
-    matrix = sp.random(*shape, density=density, format="coo", random_state=seed)
-    matrix.data = np.random.default_rng(seed).integers(1, 50, matrix.nnz).astype(np.int64)
-    return matrix
+    """``density`` of the cells, each a count from 1 to 49, in C order (sp.random takes 2 s at
+    360,000 values)."""
+    rng = np.random.default_rng(seed)
+    size = shape[0] * shape[1]
+    cells = np.sort(rng.choice(size, round(size * density), replace=False))
+    rows, columns = np.unravel_index(cells, shape)
+    values = rng.integers(1, 50, cells.size).astype(np.int64)
+    return sp.coo_matrix((values, (rows, columns)), shape=shape)
 
 
 def gzipped(path: Path) -> None:
@@ -212,12 +217,16 @@ def test_a_transcript_table_becomes_counts_per_cell_and_gene(
     table.to_parquet(path) if suffix == ".parquet" else table.to_csv(path, index=False)
     out = tmp_path / "out.zarr"
     assert main(["convert", str(path), str(out), "--columns", "cell_id", "feature_name"]) == 0
-    expected = pd.crosstab(table["cell_id"], table["feature_name"])  # sorted names, as ours
+    # molecules per (cell, gene), names sorted as ours are (pd.crosstab takes 7 s at 400,000)
+    cells, cell_at = np.unique(table["cell_id"].to_numpy(), return_inverse=True)
+    genes, gene_at = np.unique(table["feature_name"].to_numpy(), return_inverse=True)
+    expected = np.zeros((cells.size, genes.size), dtype=np.int64)
+    np.add.at(expected, (cell_at, gene_at), 1)
     array = xr.open_dataset(out, engine="sporadik")["count"]
     assert array.dims == ("cell_id", "feature_name")
-    assert list(array.cell_id.values) == list(expected.index)
-    assert list(array.feature_name.values) == list(expected.columns)
-    np.testing.assert_array_equal(read_back(out), expected.to_numpy())
+    assert list(array.cell_id.values) == list(cells)
+    assert list(array.feature_name.values) == list(genes)
+    np.testing.assert_array_equal(read_back(out), expected)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # staging gone
 
 

@@ -4,7 +4,9 @@ failed."""
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,15 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
         yield where
 
 
+@pytest.fixture(scope="module")
+def process_pool() -> Iterator[ProcessPoolExecutor]:
+    """One pool for every write on dask's process scheduler here: each write computes twice
+    (its count pass, then the write), and a pool of its own per compute would start and import
+    the package in two fresh processes each time (~10 s a write)."""
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
 def _inputs(rank: int) -> tuple[Any, Any]:
     shape = (90, 70) if rank == 2 else (20, 15, 12)
     dense = random_dense(np.random.default_rng(rank), shape, 0.2)
@@ -56,13 +67,16 @@ def _inputs(rank: int) -> tuple[Any, Any]:
 @pytest.mark.parametrize("scheduler", ["threads", "sync", "processes"])
 @pytest.mark.parametrize("rank", [2, 3])
 def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(
-    tmp_path: Path, scratch: Path, rank: int, scheduler: str
+    tmp_path: Path, scratch: Path, rank: int, scheduler: str, request: pytest.FixtureRequest
 ) -> None:
     dense, x = _inputs(rank)
     with dask.config.set({"sporadik.spill-bytes": -1}):
         sd.to_sporadik(x, tmp_path / "held.zarr", chunk=40, partition_bytes=3_000)
     splits = _Splits()
-    with dask.config.set({"sporadik.spill-bytes": 0, "scheduler": scheduler}), splits:
+    where = {"scheduler": scheduler}
+    if scheduler == "processes":
+        where["pool"] = request.getfixturevalue("process_pool")
+    with dask.config.set({"sporadik.spill-bytes": 0, **where}), splits:
         sd.to_sporadik(x, tmp_path / "spilled.zarr", chunk=40, partition_bytes=3_000)
     if scheduler != "processes":  # a callback sees the results of tasks run in this process
         assert splits.found and all(

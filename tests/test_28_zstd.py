@@ -1,0 +1,86 @@
+"""Chunks compressed on a kept context are numcodecs' bytes, and fault no fresh pages per chunk."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numcodecs
+import numpy as np
+import pytest
+
+from sporadik_dask import zstd
+
+CHUNK = 32_768
+
+
+def _samples() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [
+        np.sort(rng.integers(0, 20_000, CHUNK)).astype(np.int32),
+        rng.poisson(2, CHUNK).astype(np.float32),
+        rng.standard_normal(CHUNK),  # float64, hardly compressible
+        np.arange(CHUNK, dtype=np.int64),
+        np.zeros(CHUNK, dtype=np.uint16),
+        np.zeros(0, dtype=np.float32),
+    ]
+
+
+@pytest.mark.parametrize(("level", "checksum"), [(0, False), (1, False), (5, True), (-3, False)])
+def test_a_kept_context_writes_numcodecs_bytes(level: int, checksum: bool) -> None:
+    codec = numcodecs.Zstd(level=level, checksum=checksum)
+    encode = zstd.encoder(codec)
+    assert encode != codec.encode, "numcodecs' zstd functions were not found: the fallback ran"
+    for sample in _samples():
+        assert encode(sample) == codec.encode(sample), sample.dtype
+        # twice on the same thread: a reused context must not carry anything over
+        assert encode(sample) == codec.encode(sample), sample.dtype
+
+
+def test_threads_each_keep_their_own_context() -> None:
+    codec = numcodecs.Zstd(level=0)
+    encode = zstd.encoder(codec)
+    samples = _samples() * 20
+    with ThreadPoolExecutor(4) as pool:
+        ours = list(pool.map(encode, samples))
+    assert ours == [codec.encode(sample) for sample in samples]
+
+
+_FAULTS = """
+import json, resource, sys
+import numcodecs, numpy as np
+from sporadik_dask import zstd
+codec = numcodecs.Zstd(level=0)
+chunks = [np.sort(np.random.default_rng(k).integers(0, 20_000, 32_768)).astype(np.int32)
+          for k in range(20)]
+found = {}
+for name, encode in (("numcodecs", codec.encode), ("kept", zstd.encoder(codec))):
+    encode(chunks[0])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        for chunk in chunks:
+            encode(chunk)
+    found[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(
+    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+    reason="MALLOC_TRIM_THRESHOLD_ is glibc's",
+)
+def test_a_kept_context_faults_no_pages_under_the_nannys_trim_threshold() -> None:
+    """A distributed nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536; under it,
+    numcodecs' fresh context per chunk faults its tables in each time."""
+    environment = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULTS], env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    faults = json.loads(done.stdout)
+    assert faults["numcodecs"] > 50, faults  # the cost this module exists to avoid is real here
+    assert faults["kept"] < 2, faults
