@@ -1,10 +1,12 @@
-"""Where a cluster write's time goes: task time by layer, and each worker's page faults.
+"""Where a cluster write's time goes, beside the same write on threads: task time by layer.
 
-One write of the scaling benchmark's 1x input (generated lazily on the workers) on a 2-worker
-``LocalCluster``, after a small warm-up write: the task stream's compute and transfer time
-summed by layer (the key's name without its token), and the minor page faults each worker
-process took during the write. ``--keep-freed`` starts the workers without distributed's
-``MALLOC_TRIM_THRESHOLD_``.
+One write of the scaling benchmark's 1x input (generated lazily where the tasks run) on a
+2-worker ``LocalCluster``, after a small warm-up write, then the same write on two threads in
+this process. For the cluster: the task stream's compute and transfer time summed by layer (the
+key's name without its token), the minor page faults each worker process took, and the CPU time
+of each process (the scheduler runs in this process, beside the client). For threads: each
+layer's task time from a dask callback, and this process's page faults. ``--keep-freed`` starts
+the workers without distributed's ``MALLOC_TRIM_THRESHOLD_``.
 
     .venv/bin/python benchmarks/task_times.py [--keep-freed] [--cells N]
 """
@@ -36,44 +38,54 @@ def _faults() -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[7])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", type=int, default=CELLS)
-    parser.add_argument("--keep-freed", action="store_true")
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
-    args = parser.parse_args()
+def _cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and of each worker process it started."""
+    import psutil
 
+    here = psutil.Process()
+    found = {"client and scheduler": sum(here.cpu_times()[:2])}
+    for child in here.children(recursive=True):
+        try:
+            if "resource_tracker" in " ".join(child.cmdline()):
+                continue
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        found[f"worker process {child.pid}"] = times.user + times.system
+    return found
+
+
+def _print_layers(totals: dict[tuple[str, str], float], tasks: collections.Counter[str]) -> None:
+    for (layer, action), spent in sorted(totals.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {layer:36s} {action:9s} {spent:7.2f} s  {tasks[layer]:5d} tasks")
+
+
+def _on_cluster(args: argparse.Namespace) -> None:
     import dask
     from distributed import Client, LocalCluster, get_task_stream
 
     import sporadik_dask as sd
     from sporadik_dask.synthetic import counts_matrix
 
-    if args.keep_freed:
-        dask.config.set(KEEP_FREED)
-    args.work.mkdir(parents=True, exist_ok=True)
-    out = args.work / "write.zarr"
-    with (
-        LocalCluster(
+    with dask.config.set(KEEP_FREED if args.keep_freed else {}):
+        cluster = LocalCluster(
             n_workers=2,
             threads_per_worker=1,
             memory_limit="2GB",
             dashboard_address=None,
             local_directory=str(args.work / "spill"),
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+        )
+    with cluster, Client(cluster) as client:
         sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
         pending = sd.to_sporadik(
-            counts_matrix(cells=args.cells), out, overwrite=True, compute=False
+            counts_matrix(cells=args.cells), args.work / "write.zarr", overwrite=True, compute=False
         )
-        before = client.run(_faults)
+        before, cpu = client.run(_faults), _cpu()
         started = time.perf_counter()
         with get_task_stream(client) as stream:
             pending.compute()
         seconds = time.perf_counter() - started
-        after = client.run(_faults)
-    shutil.rmtree(args.work, ignore_errors=True)
+        after, spent = client.run(_faults), _cpu()
     totals: dict[tuple[str, str], float] = collections.defaultdict(float)
     tasks: collections.Counter[str] = collections.Counter()
     for task in stream.data:
@@ -82,10 +94,66 @@ def main() -> None:
         for step in task["startstops"]:
             totals[layer, step["action"]] += step["stop"] - step["start"]
     kept = " (freed memory kept)" if args.keep_freed else ""
-    print(f"write after the count pass{kept}: {seconds:.1f} s")
-    print("page faults per worker:", ", ".join(f"{after[w] - before[w]:,}" for w in sorted(after)))
-    for (layer, action), spent in sorted(totals.items(), key=lambda kv: -kv[1])[:10]:
-        print(f"  {layer:36s} {action:9s} {spent:7.2f} s  {tasks[layer]:5d} tasks")
+    print(f"2 workers{kept}: write after the count pass {seconds:.1f} s")
+    faults = ", ".join(f"{after[worker] - before[worker]:,}" for worker in sorted(after))
+    print(f"  page faults per worker: {faults}")
+    print(f"  CPU seconds ({2 * seconds:.1f} on 2 cores):")
+    for role in sorted(spent):
+        if role in cpu:
+            print(f"    {role:34s} {spent[role] - cpu[role]:7.2f} s")
+    _print_layers(totals, tasks)
+
+
+class _Timer:
+    """Each layer's task time on the local schedulers, from a dask callback."""
+
+    def __init__(self) -> None:
+        from dask.callbacks import Callback
+
+        self.totals: dict[tuple[str, str], float] = collections.defaultdict(float)
+        self.tasks: collections.Counter[str] = collections.Counter()
+        self.started: dict[Any, float] = {}
+        self.callback = Callback(pretask=self._pretask, posttask=self._posttask)
+
+    def _pretask(self, key: Any, *args: Any) -> None:
+        self.started[key] = time.perf_counter()
+
+    def _posttask(self, key: Any, *args: Any) -> None:
+        layer = _layer(key)
+        self.tasks[layer] += 1
+        self.totals[layer, "compute"] += time.perf_counter() - self.started.pop(key)
+
+
+def _on_threads(args: argparse.Namespace) -> None:
+    import sporadik_dask as sd
+    from sporadik_dask.synthetic import counts_matrix
+
+    sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
+    pending = sd.to_sporadik(
+        counts_matrix(cells=args.cells), args.work / "write.zarr", overwrite=True, compute=False
+    )
+    timer, before = _Timer(), _faults()
+    started = time.perf_counter()
+    with timer.callback:
+        pending.compute(scheduler="threads", num_workers=2)
+    seconds = time.perf_counter() - started
+    print(f"2 threads: write after the count pass {seconds:.1f} s")
+    print(f"  page faults: {_faults() - before:,}")
+    _print_layers(timer.totals, timer.tasks)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", type=int, default=CELLS)
+    parser.add_argument("--keep-freed", action="store_true")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    try:
+        _on_cluster(args)
+        _on_threads(args)
+    finally:
+        shutil.rmtree(args.work, ignore_errors=True)
 
 
 if __name__ == "__main__":
