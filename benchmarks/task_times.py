@@ -6,9 +6,11 @@ this process. For the cluster: the task stream's compute and transfer time summe
 key's name without its token), the minor page faults each worker process took, and the CPU time
 of each process (the scheduler runs in this process, beside the client). For threads: each
 layer's task time from a dask callback, and this process's page faults. ``--keep-freed`` starts
-the workers without distributed's ``MALLOC_TRIM_THRESHOLD_``.
+the workers without distributed's ``MALLOC_TRIM_THRESHOLD_``; ``--persisted`` generates the
+input into memory (the workers', or this process's) before the write, so the write's tasks are
+the package's alone.
 
-    .venv/bin/python benchmarks/task_times.py [--keep-freed] [--cells N]
+    .venv/bin/python benchmarks/task_times.py [--keep-freed] [--persisted] [--cells N]
 """
 
 from __future__ import annotations
@@ -60,9 +62,18 @@ def _print_layers(totals: dict[tuple[str, str], float], tasks: collections.Count
         print(f"  {layer:36s} {action:9s} {spent:7.2f} s  {tasks[layer]:5d} tasks")
 
 
+def _input(args: argparse.Namespace) -> Any:
+    """The write's input: lazy, or generated into memory where the tasks run (on a cluster,
+    :func:`distributed.wait` for it before timing)."""
+    from sporadik_dask.synthetic import counts_matrix
+
+    x = counts_matrix(cells=args.cells)
+    return x.persist() if args.persisted else x
+
+
 def _on_cluster(args: argparse.Namespace) -> None:
     import dask
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import Client, LocalCluster, get_task_stream, wait
 
     import sporadik_dask as sd
     from sporadik_dask.synthetic import counts_matrix
@@ -77,9 +88,10 @@ def _on_cluster(args: argparse.Namespace) -> None:
         )
     with cluster, Client(cluster) as client:
         sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
-        pending = sd.to_sporadik(
-            counts_matrix(cells=args.cells), args.work / "write.zarr", overwrite=True, compute=False
-        )
+        x = _input(args)
+        if args.persisted:
+            wait(x)
+        pending = sd.to_sporadik(x, args.work / "write.zarr", overwrite=True, compute=False)
         before, cpu = client.run(_faults), _cpu()
         started = time.perf_counter()
         with get_task_stream(client) as stream:
@@ -94,6 +106,7 @@ def _on_cluster(args: argparse.Namespace) -> None:
         for step in task["startstops"]:
             totals[layer, step["action"]] += step["stop"] - step["start"]
     kept = " (freed memory kept)" if args.keep_freed else ""
+    kept += ", input persisted" if args.persisted else ""
     print(f"2 workers{kept}: write after the count pass {seconds:.1f} s")
     faults = ", ".join(f"{after[worker] - before[worker]:,}" for worker in sorted(after))
     print(f"  page faults per worker: {faults}")
@@ -125,19 +138,22 @@ class _Timer:
 
 
 def _on_threads(args: argparse.Namespace) -> None:
+    import dask
+
     import sporadik_dask as sd
     from sporadik_dask.synthetic import counts_matrix
 
     sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
-    pending = sd.to_sporadik(
-        counts_matrix(cells=args.cells), args.work / "write.zarr", overwrite=True, compute=False
-    )
+    with dask.config.set(scheduler="threads", num_workers=2):
+        x = _input(args)
+    pending = sd.to_sporadik(x, args.work / "write.zarr", overwrite=True, compute=False)
     timer, before = _Timer(), _faults()
     started = time.perf_counter()
     with timer.callback:
         pending.compute(scheduler="threads", num_workers=2)
     seconds = time.perf_counter() - started
-    print(f"2 threads: write after the count pass {seconds:.1f} s")
+    held = ", input persisted" if args.persisted else ""
+    print(f"2 threads{held}: write after the count pass {seconds:.1f} s")
     print(f"  page faults: {_faults() - before:,}")
     _print_layers(timer.totals, timer.tasks)
 
@@ -146,6 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=CELLS)
     parser.add_argument("--keep-freed", action="store_true")
+    parser.add_argument("--persisted", action="store_true")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
