@@ -466,9 +466,14 @@ def _joined(
     ]
 
     def place(job: Any, where: tuple[npt.NDArray[Any], int]) -> None:
-        values = _decoded(*job)
         table, at = where
-        table[at : at + values.size] = values
+        array, item, compressors = job
+        if isinstance(item, Path):
+            item = _read_file(item)
+        out = table[at : at + int(array.chunks[0])]
+        if not _decoded_into(array, item, compressors, out):
+            values = _decoded(array, item, compressors)
+            table[at : at + values.size] = values
 
     _map(lambda pair: place(*pair), list(zip(jobs, places, strict=True)))
     return tables
@@ -729,6 +734,27 @@ def _map(function: Callable[[Any], Any], jobs: list[Any]) -> list[Any]:
     workers = os.cpu_count() or 1
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(function, jobs, chunksize=max(len(jobs) // (4 * workers), 1)))
+
+
+def _decoded_into(
+    array: zarr.Array[Any], item: Any, compressors: list[Any] | None, out: npt.NDArray[Any]
+) -> bool:
+    """Decode one zstd chunk straight into ``out``, a whole chunk of the table it fills; False
+    leaves it to :func:`_decoded` (no compressor or another chain, an absent chunk, a
+    big-endian table, or no numcodecs library functions to decode with)."""
+    decode = zstd.decoder()
+    if decode is None or item is None or compressors is None or len(compressors) != 1:
+        return False
+    if out.shape[0] != int(array.chunks[0]) or out.dtype != out.dtype.newbyteorder("<"):
+        return False
+    written = decode(item if isinstance(item, bytes) else item.to_bytes(), out)
+    if written != out.nbytes:
+        found = "cannot be decoded" if written < 0 else f"decodes to {written} bytes"
+        raise LayoutError(
+            f"A chunk of {array.path} {found}, not the {out.nbytes} bytes of a whole chunk; the "
+            "object is truncated or corrupt, and its values are unknown. Write it again."
+        )
+    return True
 
 
 def _decoded(array: zarr.Array[Any], item: Any, compressors: list[Any] | None) -> Any:

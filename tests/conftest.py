@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, LocalCluster
 
     from sporadik_dask.testing import LoopbackS3, S3Proxy
     from tests.helpers import S3Bucket
@@ -19,21 +19,31 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    """A client of a 2-process cluster whose workers can import this test package."""
-    from distributed import Client, LocalCluster
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """A 2-process cluster whose workers can import this test package, shared by the session:
+    a fresh worker imports the package and loads its kernels on its first tasks (~10 s here),
+    which one cluster pays once. Each test connects a client of its own (``Client(cluster)``),
+    so nothing a test computes outlives it; tests that kill workers start their own."""
+    from distributed import LocalCluster
 
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    with pytest.MonkeyPatch.context() as patch:  # restored after the module's tests
+    with pytest.MonkeyPatch.context() as patch:  # the workers inherit it as they start
         patch.setenv("PYTHONPATH", os.pathsep.join(path for path in paths if path))
-        with (
-            LocalCluster(
-                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-            ) as cluster,
-            Client(cluster) as client,
-        ):
-            yield client
+        started = LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        )
+    with started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[Client]:
+    """A client of the shared cluster, the default scheduler for the module's tests."""
+    from distributed import Client
+
+    with Client(cluster) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

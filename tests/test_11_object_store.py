@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask.array as da
 import numpy as np
@@ -17,6 +18,9 @@ import xarray as xr
 import sporadik_dask as sd
 from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
 from tests.helpers import S3Bucket, open_dataset, proxied_store, random_dense, stored
+
+if TYPE_CHECKING:
+    from distributed import LocalCluster
 
 
 def _url(s3: S3Bucket) -> str:
@@ -49,18 +53,15 @@ def test_a_torn_upload_in_s3_is_refused(s3: S3Bucket) -> None:
     assert sd.describe(url, storage_options=options).nnz == 20
 
 
-def test_cluster_workers_write_straight_into_the_bucket(s3: S3Bucket, tmp_path: Path) -> None:
-    from distributed import Client, LocalCluster
+def test_cluster_workers_write_straight_into_the_bucket(
+    s3: S3Bucket, tmp_path: Path, cluster: LocalCluster
+) -> None:
+    from distributed import Client
 
     dense = random_dense(np.random.default_rng(1), (80, 50), 0.2)
     url, options = _url(s3), s3["storage_options"]
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 25), asarray=False)
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster),
-    ):
+    with Client(cluster):
         sd.to_sporadik(x, url, storage_options=options, chunk=32, partition_bytes=2000)
         y = sd.from_sporadik(url, storage_options=options, chunks=(20, 50))
         np.testing.assert_array_equal(y.compute().todense(), dense)
@@ -146,20 +147,15 @@ def test_requests_per_operation_are_counted_at_the_store(
 
 
 def test_cluster_workers_write_and_read_through_obstore(
-    loopback: tuple[LoopbackS3, S3Proxy],
+    loopback: tuple[LoopbackS3, S3Proxy], cluster: LocalCluster
 ) -> None:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(6), (80, 50), 0.2)
     store, _ = proxied_store(server, proxy, "obstore")
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 25), asarray=False)
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster),
-    ):
+    with Client(cluster):
         sd.to_sporadik(x, store, chunk=32, partition_bytes=2000)
         y = sd.from_sporadik(store, chunks=(20, 50))
         np.testing.assert_array_equal(y.compute().todense(), dense)

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anndata
 import dask
@@ -24,6 +24,9 @@ import zarr
 import sporadik_dask as sd
 from sporadik_dask.testing import Faults, Latency, LoopbackS3, RequestCounts, S3Proxy
 from tests.helpers import proxied_store, random_dense, zarr_array
+
+if TYPE_CHECKING:
+    from distributed import LocalCluster
 
 ZARRITA = Path(__file__).parent / "zarrita"
 
@@ -264,20 +267,15 @@ def _gets(counts: RequestCounts, array: str) -> list[str]:
 
 
 def test_cluster_workers_write_each_shard_in_one_put_and_a_torn_write_is_refused(
-    loopback: tuple[LoopbackS3, S3Proxy],
+    loopback: tuple[LoopbackS3, S3Proxy], cluster: LocalCluster
 ) -> None:
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     server, proxy = loopback
     dense = random_dense(np.random.default_rng(6), (400, 300), 0.2)
     store = _store(server, proxy)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(100, 150), asarray=False)
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        Client(cluster),
-    ):
+    with Client(cluster):
         write = sd.to_sporadik(
             x, store, chunk=256, shard=2048, partition_bytes=40_000, compute=False
         )

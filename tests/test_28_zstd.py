@@ -1,4 +1,5 @@
-"""Chunks compressed on a kept context are numcodecs' bytes, and fault no fresh pages per chunk."""
+"""Chunks compressed on a kept context are numcodecs' bytes, chunks decoded in place are its
+values, and neither faults fresh pages per chunk; a cut or short chunk object is refused."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import platform
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numcodecs
 import numpy as np
 import pytest
+import xarray as xr
 
+import sporadik_dask as sd
 from sporadik_dask import zstd
+from tests.helpers import random_dense
 
 CHUNK = 32_768
 
@@ -65,6 +70,15 @@ for name, encode in (("numcodecs", codec.encode), ("kept", zstd.encoder(codec)))
         for chunk in chunks:
             encode(chunk)
     found[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
+blobs, out = [codec.encode(chunk) for chunk in chunks], np.empty(32_768, np.int32)
+decode = zstd.decoder()
+for name, step in (("numcodecs decode", codec.decode), ("in place", lambda b: decode(b, out))):
+    step(blobs[0])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        for blob in blobs:
+            step(blob)
+    found[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
 print(json.dumps(found))
 """
 
@@ -84,3 +98,41 @@ def test_a_kept_context_faults_no_pages_under_the_nannys_trim_threshold() -> Non
     faults = json.loads(done.stdout)
     assert faults["numcodecs"] > 50, faults  # the cost this module exists to avoid is real here
     assert faults["kept"] < 2, faults
+    assert faults["numcodecs decode"] > 20 and faults["in place"] < 2, faults
+
+
+def test_a_chunk_decoded_in_place_is_numcodecs_values() -> None:
+    codec = numcodecs.Zstd(level=0)
+    decode = zstd.decoder()
+    assert decode is not None, "numcodecs' zstd functions were not found"
+    for sample in _samples()[:-1]:  # numcodecs cannot decode the frame of no bytes
+        out = np.empty_like(sample)
+        assert decode(codec.encode(sample), out) == sample.nbytes
+        np.testing.assert_array_equal(
+            out, np.frombuffer(codec.decode(codec.encode(sample)), dtype=sample.dtype)
+        )
+    whole = codec.encode(np.arange(CHUNK, dtype=np.int32))
+    out = np.empty(CHUNK, dtype=np.int32)
+    assert decode(whole[:-9], out) == -1  # cut
+    assert decode(b"not a frame", out) == -1
+    assert decode(whole, np.empty(CHUNK // 2, dtype=np.int32)) == -1  # more than the array
+
+
+@pytest.mark.parametrize("damage", ["cut", "short"])
+def test_a_cut_or_short_chunk_object_is_refused_by_every_read(tmp_path: Path, damage: str) -> None:
+    dense = random_dense(np.random.default_rng(4), (300, 200), 0.3)
+    store = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, store, chunk=512)
+    for layout in ("axis0", "axis1"):
+        chunk = store / "layouts" / layout / "data" / "c" / "1"
+        if damage == "cut":
+            chunk.write_bytes(chunk.read_bytes()[:-20])
+        else:  # a whole zstd frame of 100 values where 512 belong
+            chunk.write_bytes(numcodecs.Zstd(level=0).encode(np.ones(100, dtype=dense.dtype)))
+    with pytest.raises(sd.LayoutError, match="truncated or corrupt"):
+        sd.from_sporadik(store, axis=0).compute()
+    ds = xr.open_dataset(store, engine="sporadik")
+    with pytest.raises(sd.LayoutError, match="truncated or corrupt"):
+        ds[next(iter(ds.data_vars))].sporadik.totals("dim_1")
+    with pytest.raises(sd.LayoutError, match="truncated or corrupt"):
+        _ = ds[next(iter(ds.data_vars))].isel(dim_0=slice(0, 150)).data
