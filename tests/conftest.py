@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def cluster() -> Iterator[LocalCluster]:
     """A 2-process cluster whose workers can import this test package, shared by the session:
     a fresh worker imports the package and loads its kernels on its first tasks (~10 s here),
-    which one cluster pays once. Each test connects a client of its own (``Client(cluster)``),
-    so nothing a test computes outlives it; tests that kill workers start their own."""
+    which one cluster pays once. Each test, or the module's ``client``, connects a client of
+    its own (``Client(cluster)``), so nothing computed outlives it; tests that kill workers
+    start clusters of their own."""
     from distributed import LocalCluster
 
     paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
