@@ -75,7 +75,8 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
     dense = random_dense(np.random.default_rng(2), (60, 90), 0.2)
     store, options = proxied_store(server, proxy, kind)
     # every n-th request answers 503 SlowDown, once; botocore sleeps up to a second, at random,
-    # before each retry (60 write faults cost fsspec ~30 s at every=5), so it meets fewer
+    # before each retry (at every=5, fsspec met 91 faults and the test took 34 s), so it meets
+    # fewer
     every = 20 if kind == "fsspec" else 5
     with proxy.failing(Faults(every=every)):
         with proxy.counting() as written:
