@@ -745,7 +745,7 @@ def _decoded_into(
     decode = zstd.decoder()
     if decode is None or item is None or compressors is None or len(compressors) != 1:
         return False
-    if out.shape[0] != int(array.chunks[0]) or out.dtype != out.dtype.newbyteorder("<"):
+    if out.dtype != out.dtype.newbyteorder("<"):
         return False
     written = decode(item if isinstance(item, bytes) else item.to_bytes(), out)
     if written != out.nbytes:

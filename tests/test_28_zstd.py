@@ -62,23 +62,21 @@ from sporadik_dask import zstd
 codec = numcodecs.Zstd(level=0)
 chunks = [np.sort(np.random.default_rng(k).integers(0, 20_000, 32_768)).astype(np.int32)
           for k in range(20)]
-found = {}
-for name, encode in (("numcodecs", codec.encode), ("kept", zstd.encoder(codec))):
-    encode(chunks[0])
+def faults_per_item(step, items):
+    step(items[0])
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(10):
-        for chunk in chunks:
-            encode(chunk)
-    found[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
+        for item in items:
+            step(item)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / (10 * len(items))
 blobs, out = [codec.encode(chunk) for chunk in chunks], np.empty(32_768, np.int32)
 decode = zstd.decoder()
-for name, step in (("numcodecs decode", codec.decode), ("in place", lambda b: decode(b, out))):
-    step(blobs[0])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(10):
-        for blob in blobs:
-            step(blob)
-    found[name] = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
+found = {
+    "numcodecs": faults_per_item(codec.encode, chunks),
+    "kept": faults_per_item(zstd.encoder(codec), chunks),
+    "numcodecs decode": faults_per_item(codec.decode, blobs),
+    "in place": faults_per_item(lambda blob: decode(blob, out), blobs),
+}
 print(json.dumps(found))
 """
 
