@@ -76,6 +76,25 @@ def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        (slice(None), 0, Ellipsis, []),  # the ellipsis stands for no axis, and still parts them
+        (slice(None), 0, Ellipsis, [3, 1, 1]),
+        (0, Ellipsis, [2, 0]),
+        (slice(None), 0, [3, 1]),  # side by side: the array's axis stays where it is
+        ([4, 0], None, 1),
+    ],
+)
+def test_an_array_and_an_integer_an_ellipsis_or_none_apart_go_first_as_in_numpy(
+    stores: dict[int, tuple[npt.NDArray[Any], Path]], key: tuple[Any, ...]
+) -> None:
+    dense, path = stores[3]
+    got = dense_of(sd.from_sporadik(path, chunks=(1, 1, 1))[key].compute())
+    assert got.shape == dense[key].shape
+    np.testing.assert_array_equal(got, dense[key])
+
+
 @pytest.mark.parametrize("key", [slice(None, 2, -3), slice(3, 2, -2), slice(None, -8, -2)])
 def test_a_negative_step_across_blocks_gives_numpys_rows(tmp_path: Path, key: slice) -> None:
     """dask cuts these into per-block slices that sparse 0.19 reads wrongly."""

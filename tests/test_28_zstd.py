@@ -96,7 +96,8 @@ def test_a_kept_context_faults_no_pages_under_the_nannys_trim_threshold() -> Non
     faults = json.loads(done.stdout)
     assert faults["numcodecs"] > 50, faults  # the cost this module exists to avoid is real here
     assert faults["kept"] < 2, faults
-    assert faults["numcodecs decode"] > 20 and faults["in place"] < 2, faults
+    # a new 128 KiB buffer a chunk, 32 pages: 33 faults a chunk in most runs, 16 in one
+    assert faults["numcodecs decode"] > 8 and faults["in place"] < 2, faults
 
 
 def test_a_chunk_decoded_in_place_is_numcodecs_values() -> None:

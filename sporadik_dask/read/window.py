@@ -142,6 +142,9 @@ def _numpy_key(index: Any, ndim: int) -> _Routed | None:
     ellipses = [i for i, part in enumerate(parts) if part is Ellipsis]
     if len(ellipses) > 1 or taking > ndim:
         return None
+    # numpy's "apart" is in the key as written: an Ellipsis standing for no axis still parts
+    advanced = [i for i, part in enumerate(parts) if isinstance(part, np.ndarray) or _integer(part)]
+    apart = bool(advanced) and advanced[-1] - advanced[0] + 1 != len(advanced)
     at = ellipses[0] if ellipses else len(parts)
     parts[at : at + 1] = [slice(None)] * (ndim - taking)
     arrays = [i for i, part in enumerate(parts) if isinstance(part, np.ndarray)]
@@ -152,10 +155,8 @@ def _numpy_key(index: Any, ndim: int) -> _Routed | None:
     added = any(part is None for part in kept)
     expand = tuple(None if p is None else slice(None) for p in kept) if added else None
     front = None
-    if arrays:
-        advanced = [i for i, part in enumerate(parts) if i in arrays or _integer(part)]
-        if advanced[-1] - advanced[0] + 1 != len(advanced):  # apart: numpy puts the array first
-            front = sum(not _integer(part) for part in parts[: arrays[0]])
+    if arrays and apart:  # numpy puts the array's axis first
+        front = sum(not _integer(part) for part in parts[: arrays[0]])
     return _Routed(tuple(part for part in parts if part is not None), expand, front)
 
 
