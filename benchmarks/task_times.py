@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import shutil
 import tempfile
@@ -40,12 +41,13 @@ def _faults() -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[7])
 
 
-def _cpu() -> dict[str, float]:
-    """CPU seconds so far of this process and of each worker process it started."""
+def _cpu() -> dict[str, tuple[float, float]]:
+    """User and system CPU seconds so far of this process and of each worker process it
+    started."""
     import psutil
 
     here = psutil.Process()
-    found = {"client and scheduler": sum(here.cpu_times()[:2])}
+    found = {"client and scheduler": tuple(here.cpu_times()[:2])}
     for child in here.children(recursive=True):
         try:
             if "resource_tracker" in " ".join(child.cmdline()):
@@ -53,7 +55,7 @@ def _cpu() -> dict[str, float]:
             times = child.cpu_times()
         except psutil.Error:
             continue
-        found[f"worker process {child.pid}"] = times.user + times.system
+        found[f"worker process {child.pid}"] = (times.user, times.system)
     return found
 
 
@@ -87,11 +89,11 @@ def _on_cluster(args: argparse.Namespace) -> None:
             local_directory=str(args.work / "spill"),
         )
     with cluster, Client(cluster) as client:
-        sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
+        sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm-cluster.zarr")
         x = _input(args)
         if args.persisted:
             wait(x)
-        pending = sd.to_sporadik(x, args.work / "write.zarr", overwrite=True, compute=False)
+        pending = sd.to_sporadik(x, args.work / "write-cluster.zarr", compute=False)
         before, cpu = client.run(_faults), _cpu()
         started = time.perf_counter()
         with get_task_stream(client) as stream:
@@ -110,10 +112,11 @@ def _on_cluster(args: argparse.Namespace) -> None:
     print(f"2 workers{kept}: write after the count pass {seconds:.1f} s")
     faults = ", ".join(f"{after[worker] - before[worker]:,}" for worker in sorted(after))
     print(f"  page faults per worker: {faults}")
-    print(f"  CPU seconds ({2 * seconds:.1f} on 2 cores):")
+    print(f"  CPU seconds, user + system ({2 * seconds:.1f} on 2 cores):")
     for role in sorted(spent):
         if role in cpu:
-            print(f"    {role:34s} {spent[role] - cpu[role]:7.2f} s")
+            user, system = (spent[role][i] - cpu[role][i] for i in range(2))
+            print(f"    {role:34s} {user:7.2f} + {system:5.2f} s")
     _print_layers(totals, tasks)
 
 
@@ -143,11 +146,11 @@ def _on_threads(args: argparse.Namespace) -> None:
     import sporadik_dask as sd
     from sporadik_dask.synthetic import counts_matrix
 
-    sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm.zarr", overwrite=True)
+    sd.to_sporadik(counts_matrix(cells=WARM_CELLS), args.work / "warm-threads.zarr")
     with dask.config.set(scheduler="threads", num_workers=2):
         x = _input(args)
-    pending = sd.to_sporadik(x, args.work / "write.zarr", overwrite=True, compute=False)
-    timer, before = _Timer(), _faults()
+    pending = sd.to_sporadik(x, args.work / "write-threads.zarr", compute=False)
+    timer, before, cpu = _Timer(), _faults(), os.times()
     started = time.perf_counter()
     with timer.callback:
         pending.compute(scheduler="threads", num_workers=2)
@@ -155,6 +158,9 @@ def _on_threads(args: argparse.Namespace) -> None:
     held = ", input persisted" if args.persisted else ""
     print(f"2 threads{held}: write after the count pass {seconds:.1f} s")
     print(f"  page faults: {_faults() - before:,}")
+    spent = os.times()
+    user, system = spent.user - cpu.user, spent.system - cpu.system
+    print(f"  CPU seconds, user + system ({2 * seconds:.1f} on 2 cores): {user:.2f} + {system:.2f}")
     _print_layers(timer.totals, timer.tasks)
 
 
@@ -165,12 +171,13 @@ def main() -> None:
     parser.add_argument("--persisted", action="store_true")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
     args = parser.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    try:
+    base, args.work = args.work, args.work / f"run-{os.getpid()}"
+    args.work.mkdir(parents=True)
+    try:  # each write to a path of its own, deleted once both ran (scaling.py's _fresh says why)
         _on_cluster(args)
         _on_threads(args)
     finally:
-        shutil.rmtree(args.work, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
