@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -145,6 +146,7 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> dict[str, 
     """Run ``command``; its wall time, the peak RSS of its process tree, and its last line."""
     import psutil
 
+    os.sync()  # earlier runs' dirty pages go to disk now, not during this one
     started = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -190,13 +192,13 @@ HELD = {"DASK_SPORADIK__SPILL_BYTES": "-1"}
 def convert(
     source: Path, output: Path, *flags: str, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    shutil.rmtree(output, ignore_errors=True)
+    """One ``convert`` to ``output``, a new path: stores are deleted once the run ends, as a
+    write just after deleting one is slower on this machine (``scaling.py``'s ``_fresh``)."""
     command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(source), str(output)]
     measured = measure([*command, *flags], env)
     from sporadik_dask import describe
 
     measured["nnz"] = describe(str(output)).nnz
-    shutil.rmtree(output, ignore_errors=True)
     return measured
 
 
@@ -263,20 +265,22 @@ def main() -> None:
             flush=True,
         )
 
-    out = args.work / "out.zarr"
+    outputs = args.work / f"outputs-{os.getpid()}"
+    made = (outputs / f"{n}.zarr" for n in itertools.count())
     for _ in range(args.repeat):
         if args.rows:
             what = f"transcripts, {args.rows:,} rows"
             record(what, "pyarrow + scipy, in memory", in_memory("scipy-table", table))
             flags = ["--columns", "cell_id", "gene", "--quiet"]
-            record(what, "sporadik-dask convert", convert(table, out, *flags))
+            record(what, "sporadik-dask convert", convert(table, next(made), *flags))
         for values, path in files.items():
             what = f".h5ad, {values:,} values"
             record(what, "anndata + scipy, in memory", in_memory("scipy-h5ad", path))
-            record(what, "sporadik-dask convert", convert(path, out, "--quiet"))
+            record(what, "sporadik-dask convert", convert(path, next(made), "--quiet"))
             if args.held:
-                held = convert(path, out, "--quiet", env=HELD)
+                held = convert(path, next(made), "--quiet", env=HELD)
                 record(what, "sporadik-dask convert, parts held in memory", held)
+    shutil.rmtree(outputs, ignore_errors=True)
 
     lines = [
         BEGIN,

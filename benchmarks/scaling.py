@@ -123,6 +123,7 @@ def run(
         sd.to_sporadik(counts_matrix(cells=WARM_CELLS), work / f"warm-{os.getpid()}.zarr")
         warm_up = time.perf_counter() - warming
         planning.clear()
+        os.sync()  # earlier writes' dirty pages go to disk now, not during this write
         # the count pass generates the input once: a pass that only generates it, timed apart,
         # says how much of planning is the input's own cost rather than counting
         generating = time.perf_counter()

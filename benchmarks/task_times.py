@@ -94,6 +94,7 @@ def _on_cluster(args: argparse.Namespace) -> None:
         if args.persisted:
             wait(x)
         pending = sd.to_sporadik(x, args.work / "write-cluster.zarr", compute=False)
+        os.sync()  # earlier writes' dirty pages go to disk now, not during this write
         before, cpu = client.run(_faults), _cpu()
         started = time.perf_counter()
         with get_task_stream(client) as stream:
@@ -150,6 +151,7 @@ def _on_threads(args: argparse.Namespace) -> None:
     with dask.config.set(scheduler="threads", num_workers=2):
         x = _input(args)
     pending = sd.to_sporadik(x, args.work / "write-threads.zarr", compute=False)
+    os.sync()
     timer, before, cpu = _Timer(), _faults(), os.times()
     started = time.perf_counter()
     with timer.callback:
