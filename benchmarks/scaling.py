@@ -232,10 +232,11 @@ def _fresh(base: Path) -> Path:
     """A new directory for this run's stores under ``base``, which is deleted only once every
     write has finished.
 
-    Deleting a store's ~11,000 chunk files just before the next write makes that write slower
-    on this machine's ext4, whose new files are given inodes past those deleted in the last
-    minutes: the same threaded write took 13.3 s over a store deleted just before, and 8.6 s
-    to a new path (``docs/benchmarks.md``). A user's write does not follow its own deletion.
+    On this machine's ext4, a file made in a directory whose files were just deleted costs 2.5
+    to 6 times as much as one in a new directory, and a write's time also depends on what the
+    writes before it left for the kernel to write back (``benchmarks/file_creation.py``,
+    ``docs/benchmarks.md``). So no write follows the deletion of another's ~11,000 chunk files,
+    and each timed write starts after ``os.sync()``.
     """
     work = base / f"run-{os.getpid()}"
     work.mkdir(parents=True)
