@@ -232,11 +232,11 @@ def _fresh(base: Path) -> Path:
     """A new directory for this run's stores under ``base``, which is deleted only once every
     write has finished.
 
-    On this machine's ext4, a file made in a directory whose files were just deleted costs 2.5
-    to 6 times as much as one in a new directory, and a write's time also depends on what the
-    writes before it left for the kernel to write back (``benchmarks/file_creation.py``,
-    ``docs/benchmarks.md``). So no write follows the deletion of another's ~11,000 chunk files,
-    and each timed write starts after ``os.sync()``.
+    On this machine, making a file costs from 50 to 550 us from one minute to the next, more
+    often just after many were deleted, and a write's time also depends on what the writes
+    before it left for the kernel to write back (``benchmarks/file_creation.py``,
+    ``docs/benchmarks.md``). So no write here follows the deletion of another's ~11,000 chunk
+    files, and each timed write starts after ``os.sync()``.
     """
     work = base / f"run-{os.getpid()}"
     work.mkdir(parents=True)
@@ -343,7 +343,7 @@ def _report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
         "generated lazily where the tasks run (`sporadik_dask.synthetic`, 10,000 cells per "
         "block, 20,000 genes), both layouts written, each store to a new path (deleted when "
         "the run ends) once earlier writes' dirty pages are flushed to disk "
-        "([why](benchmarks.md#files-made-just-after-others-were-deleted)). Time includes "
+        "([why](benchmarks.md#making-files-on-this-machine)). Time includes "
         "generating the input twice "
         "(the count pass and the write each read it); *planning* is the count pass, and "
         "*generating* a pass that only generates the input, timed apart on the same workers "
