@@ -193,7 +193,7 @@ def convert(
     source: Path, output: Path, *flags: str, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """One ``convert`` to ``output``, a new path: stores are deleted once the run ends
-    (``scaling.py``'s ``_fresh`` says why)."""
+    (``scaling.fresh_work`` says why)."""
     command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(source), str(output)]
     measured = measure([*command, *flags], env)
     from sporadik_dask import describe

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaling import CELLS, WARM_CELLS
+from scaling import CELLS, WARM_CELLS, fresh_work
 
 
 def _timed(work: Any, *args: Any, **kwargs: Any) -> tuple[float, float, float]:
@@ -62,8 +62,7 @@ def main() -> None:
     import sporadik_dask as sd
     from sporadik_dask.synthetic import counts_matrix
 
-    work = args.work / f"run-{os.getpid()}"
-    work.mkdir(parents=True)
+    work = fresh_work(args.work)
     try:
         # every new path first, so no deletion of this run comes before them
         print(f"{args.files:,} files of 128 KiB:")

@@ -74,7 +74,7 @@ def run(
     import sporadik_dask.write as write
     from sporadik_dask.synthetic import counts_matrix
 
-    # a path of its own, deleted only when the run ends: see _fresh
+    # a path of its own, deleted only when the run ends: see fresh_work
     out = work / f"scale-{factor}-{workers}-{os.getpid()}.zarr"
     x = counts_matrix(cells=cells * factor)
     planning: list[float] = []
@@ -208,7 +208,7 @@ def main() -> None:
         *((first, workers, kept, r) for r in range(args.repeats) for workers, kept in where),
         *((f, 2, 0, 0) for f in args.factors if f != first),
     ]
-    base, args.work = args.work, _fresh(args.work)
+    base, args.work = args.work, fresh_work(args.work)
     results = []
     for factor, workers, kept, round_ in plans:
         child = subprocess.run(
@@ -228,7 +228,7 @@ def main() -> None:
     _report(args, results)
 
 
-def _fresh(base: Path) -> Path:
+def fresh_work(base: Path) -> Path:
     """A new directory for this run's stores under ``base``, which is deleted only once every
     write has finished.
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scaling import CELLS, KEEP_FREED, WARM_CELLS
+from scaling import CELLS, KEEP_FREED, WARM_CELLS, fresh_work
 
 TOKEN = re.compile(r"-[0-9a-f]{32}")
 
@@ -173,9 +173,8 @@ def main() -> None:
     parser.add_argument("--persisted", action="store_true")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-tasks")
     args = parser.parse_args()
-    base, args.work = args.work, args.work / f"run-{os.getpid()}"
-    args.work.mkdir(parents=True)
-    try:  # each write to a path of its own, deleted once both ran (scaling.py's _fresh says why)
+    base, args.work = args.work, fresh_work(args.work)
+    try:  # each write to a path of its own, deleted once both ran (fresh_work says why)
         _on_cluster(args)
         _on_threads(args)
     finally:
