@@ -54,6 +54,9 @@ _LAZY = {
     "to_sporadik": "sporadik_dask.write",
 }
 
+#: Submodules a user reaches as attributes (``sd.synthetic.counts_matrix``), loaded on first use.
+_SUBMODULES = frozenset({"synthetic"})
+
 __all__ = [
     "SPEC_VERSION",
     "AbsentChunkError",
@@ -88,6 +91,8 @@ def __getattr__(name: str) -> Any:
             value: Any = version("sporadik-dask")
         except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
             value = "0.0.0"
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"sporadik_dask.{name}")
     elif name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     else:

@@ -41,6 +41,7 @@ from zarr.codecs import (
     ZstdCodec,
 )
 from zarr.codecs.bytes import Endian
+from zarr.storage import StorePath
 
 from sporadik_dask import zstd
 from sporadik_dask.errors import FetchError, LayoutError
@@ -221,21 +222,23 @@ def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> 
     run(_gather([(path / key).set(prototype.buffer.from_bytes(blob)) for key, blob in objects]))
 
 
-def writable_directory(node: zarr.Array[Any] | zarr.Group) -> Path | None:
-    """The directory of ``node`` when it is in a plain local directory store that may be
-    written, else None: where files may be written in place, by this process or any worker."""
-    return None if node.store_path.store.read_only else _local_directory(node)
+def writable_directory(node: zarr.Array[Any] | StorePath) -> Path | None:
+    """The directory of ``node`` (an array, or a store path) when it is in a plain local
+    directory store that may be written, else None: where files may be written in place, by
+    this process or any worker."""
+    where = node if isinstance(node, StorePath) else node.store_path
+    return None if where.store.read_only else _local_directory(where)
 
 
-def _local_directory(array: zarr.Array[Any] | zarr.Group) -> Path | None:
-    """The directory of ``array`` when it is in a plain local directory store, else None (a
+def _local_directory(node: zarr.Array[Any] | StorePath) -> Path | None:
+    """The directory of ``node`` when it is in a plain local directory store, else None (a
     subclass may hook its reads and writes)."""
     from zarr.storage import LocalStore
 
-    store = array.store_path.store
-    if type(store) is not LocalStore:
+    where = node if isinstance(node, StorePath) else node.store_path
+    if type(where.store) is not LocalStore:
         return None
-    return Path(store.root) / array.store_path.path
+    return Path(where.store.root) / where.path
 
 
 def _write_files(base: Path, objects: list[tuple[str, bytes]]) -> None:

@@ -437,6 +437,11 @@ def _positive(text: str) -> int:
     return value
 
 
+def _length(text: str) -> int | None:
+    """An axis length, or None (for an axis of names, whose length its names decide)."""
+    return None if text.lower() == "none" else _positive(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     from sporadik_dask import __version__
 
@@ -491,7 +496,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     convert.add_argument("--values", help="a table's value column (default: each row counts 1)")
     convert.add_argument(
-        "--shape", type=_positive, nargs="+", help="axis lengths, for integer coordinate columns"
+        "--shape",
+        type=_length,
+        nargs="+",
+        help="axis lengths, for integer coordinate columns (None for a column of names)",
     )
     convert.add_argument(
         "--staging",
@@ -532,7 +540,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: Python arguments named in messages, and the flags that set them here.
-FLAGS = {
+FLAGS: dict[str, str | Callable[[re.Match[str]], str]] = {
+    r"\bshape=\(([^)]*)\)": lambda found: (
+        "--shape " + " ".join(part.strip() for part in found.group(1).split(",") if part.strip())
+    ),
     r"\boverwrite=True\b": "--overwrite",
     r"\bbyte_addressable=True\b": "--byte-addressable",
     r"\bstorage_options\b": "--storage-options",

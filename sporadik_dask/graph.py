@@ -504,14 +504,18 @@ def write_graph(
     arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
     spilled: Mapping[int, int] | None = None,
     shared: Any = None,
+    first: tuple[str, Any] | None = None,
 ) -> tuple[HighLevelGraph, list[Key], SpillTo | None]:
     """The graph writing every zarr chunk of every planned layout, the keys of its writes, and
     where the ``spilled`` layouts' parts go (or None).
 
     ``spilled`` maps a layout's axis to its first piece whose parts go to disk; the pieces
     before it keep theirs in memory. On a distributed worker they go inside the directory of
-    the zarr group ``shared`` (the store being written), when it has one
+    the zarr group ``shared`` (the store being written, as a ``StorePath``), when it has one
     (:func:`~sporadik_dask.spill.shared_directory_for`); else a worker keeps them.
+
+    With ``first``, ``(key, argument)``, the task ``lay_out(argument)``
+    (:func:`~sporadik_dask.skeleton.lay_out`) runs before anything is written or spilled.
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
@@ -522,7 +526,8 @@ def write_graph(
     """
     targets = {axis: dict(sorted(refs.items())) for axis, refs in sorted(arrays.items())}
     spilled = dict(sorted((spilled or {}).items()))
-    token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, spilled)
+    before = None if first is None else first[0]
+    token = tokenize(pieces.keys, dict(sorted(plans.items())), targets, spilled, before)
     name = f"sporadik-write-{token}"
     own = f"{token}-{uuid.uuid4().hex[:8]}"
     where = (
@@ -540,8 +545,13 @@ def write_graph(
         for axis, plan in plans.items()
     }
     writes = [key for found in layouts.values() for _, key in _write_keys(found[0], found[1])]
-    layer = Deferred(_write_layers, tuple(pieces.keys), layouts)
-    return _extend(pieces.graph, name, layer), writes, where
+    layer = Deferred(_write_layers, tuple(pieces.keys), layouts, before)
+    graph = pieces.graph
+    if first is not None:
+        from sporadik_dask.skeleton import lay_out
+
+        graph = _extend(graph, first[0], {first[0]: (lay_out, first[1])})
+    return _extend(graph, name, layer), writes, where
 
 
 def _write_layers(
@@ -549,9 +559,10 @@ def _write_layers(
     layouts: Mapping[
         int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[SpillTo, int] | None]
     ],
+    before: Key | None = None,
 ) -> Layer:
     """Pure: every layout's :func:`_write_layer`, in one layer, each piece split for one layout
-    after another.
+    after another, writing nothing before the task ``before`` has run.
 
     The layout whose partitions gather from the fewest pieces (the CSR layout of row blocks)
     splits each piece first, and each next layout's split of that piece waits for it. Split
@@ -567,7 +578,7 @@ def _write_layers(
     )
     after = None
     for name, plan, arrays, spill_to in chained:
-        layer.update(_write_layer(name, pieces, plan, arrays, spill_to, after))
+        layer.update(_write_layer(name, pieces, plan, arrays, spill_to, after, before))
         after = f"{name}-sort-split"
     return layer
 
@@ -592,11 +603,14 @@ def _write_layer(
     arrays: Mapping[str, tasks.ArrayRef],
     spill_to: tuple[SpillTo, int] | None = None,
     after: str | None = None,
+    before: Key | None = None,
 ) -> Layer:
     """Pure: one layout's shuffle and chunk writes, at the keys :func:`_write_keys` gives.
 
     With ``after``, another layout's split name, each piece is split here only once that
-    layout's split of it has run (:func:`_write_layers` says why).
+    layout's split of it has run (:func:`_write_layers` says why); with ``before``, a task's
+    key, nothing that writes (a partition's task, a split whose parts may spill inside the
+    store) runs before that task, while pieces are read and split in memory meanwhile.
 
     1. Shuffle the pieces into the plan's partitions; a partition gathers from the pieces whose
        span meets it (:meth:`WritePlan.sources`). With ``spill_to``, ``(where, first)``, the
@@ -621,7 +635,7 @@ def _write_layer(
             elif region.sources:
                 ((p, lo, hi),) = region.sources
                 own[p].append((arrays[array], region.start, region.stop, array, lo, hi))
-    combine = [
+    combine: list[Call] = [
         (
             tasks.write_partition,
             tuple(own[p]),
@@ -648,11 +662,14 @@ def _write_layer(
         )
 
     sources = plan.sources(len(pieces))
-    inputs = (
-        pieces
-        if after is None
-        else [(tasks.after, key, (after, b)) for b, key in enumerate(pieces)]
-    )
+    inputs: list[Key | Call] = list(pieces)
+    for b in range(len(pieces)):
+        if after is not None:
+            inputs[b] = (tasks.after, inputs[b], (after, b))
+        if before is not None and b >= first:  # its parts may go inside the store
+            inputs[b] = (tasks.after, inputs[b], before)
+    if before is not None:  # a partition's task writes chunks
+        combine = [(call[0], (tasks.after, call[1], before), *call[2:]) for call in combine]
     sorted_, layer = _shuffle(f"{name}-sort", inputs, split=split, combine=combine, sources=sources)
     regions = {array: list(plan.regions[array]) for array in RUN_ARRAYS}
     takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
@@ -661,7 +678,13 @@ def _write_layer(
             layer[key] = (tasks.wrote, sorted_[key[1]])
             continue
         if not plan.partitions:  # an empty axis: no region, and indptr is [0]
-            layer[key] = (tasks.write_array, arrays[array], 0, np.zeros(1, plan.index_dtype))
+            zeros = np.zeros(1, plan.index_dtype)
+            layer[key] = (
+                tasks.write_array,
+                arrays[array],
+                0,
+                zeros if before is None else (tasks.after, zeros, before),
+            )
             continue
         region = regions[array][key[1]]
         slices = []

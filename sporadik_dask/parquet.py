@@ -276,7 +276,7 @@ def parquet_source(
     path: str | Path,
     columns: Sequence[str],
     values: str | None,
-    shape: Sequence[int] | None,
+    shape: Sequence[int | None] | None,
     staging: Path,
     storage_options: dict[str, Any] | None = None,
 ) -> Any:
@@ -298,6 +298,7 @@ def parquet_source(
             "values would hide that the table came out empty."
         )
     labelled = _labelled(schema, columns, values)
+    sources.refuse_positions_without_lengths(shape, tuple(columns), labelled)
     staging.mkdir(parents=True, exist_ok=True)
     where = str(staging)
     stage = dask.delayed(stage_split, pure=True)

@@ -25,7 +25,15 @@ from sporadik_dask.labels import Labels, labels_of
 from sporadik_dask.plan import partition_bounds
 from sporadik_dask.spec import MIN_RANK, check_indptr
 
-__all__ = ["Labels", "Source", "check_dtype", "frame_shape", "source_of", "source_of_layout"]
+__all__ = [
+    "Labels",
+    "Source",
+    "check_dtype",
+    "frame_shape",
+    "refuse_positions_without_lengths",
+    "source_of",
+    "source_of_layout",
+]
 
 #: Values per piece cut from an in-memory array: a few tens of MB of coordinates and values.
 PIECE_VALUES = 2**22
@@ -75,7 +83,7 @@ def _check_shape(shape: Sequence[Any]) -> tuple[int, ...]:
 def source_of(
     x: Any,
     *,
-    shape: Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
     columns: Sequence[str] | None = None,
     values: str | None = None,
 ) -> Source:
@@ -175,7 +183,7 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
 
 
 def _from_frame(
-    frame: Any, shape: Sequence[int] | None, columns: tuple[str, ...], values: str | None
+    frame: Any, shape: Sequence[int | None] | None, columns: tuple[str, ...], values: str | None
 ) -> Source:
     """A dask DataFrame of coordinate columns and a value column: one piece per partition.
 
@@ -200,6 +208,7 @@ def _from_frame(
                 f"Column {name!r} (axis {axis}) has dtype {frame.dtypes[name]}; coordinates are "
                 "integers or names, and rounding would silently move values to other cells."
             )
+    refuse_positions_without_lengths(shape, columns, labelled)
     found = dask.compute(*[frame[name].dropna().unique() for name in labelled])
     labels = {
         name: np.sort(np.asarray(u, dtype=str)) for name, u in zip(labelled, found, strict=True)
@@ -211,30 +220,47 @@ def _from_frame(
     return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
 
 
-def frame_shape(
-    shape: Sequence[int] | None, columns: tuple[str, ...], labels: Mapping[str, Any]
-) -> tuple[int, ...]:
-    """The shape a table declares: label counts along labelled axes, ``shape`` elsewhere."""
-    if shape is None:
-        unlabelled = [name for name in columns if name not in labels]
-        if unlabelled:
-            raise LayoutError(
-                f"Columns {unlabelled} hold integer positions, so the table needs shape=: the "
-                "largest position does not say how long an axis is, and a guess would make "
-                "trailing empty positions disappear."
-            )
-        shape = [len(labels[name]) for name in columns]
-    sizes = _check_shape(shape)
-    if len(sizes) != len(columns):
+def refuse_positions_without_lengths(
+    shape: Sequence[int | None] | None, columns: tuple[str, ...], labelled: Sequence[str]
+) -> None:
+    """Refuse integer columns without their axes' lengths, before any pass over the table."""
+    unlabelled = [name for name in columns if name not in labelled]
+    given = [None] * len(columns) if shape is None else list(shape)
+    if len(given) != len(columns):
         raise LayoutError(
-            f"{len(columns)} coordinate columns for a shape of {len(sizes)} axes; there is one "
+            f"{len(columns)} coordinate columns for a shape of {len(given)} axes; there is one "
             "column per axis, in axis order."
         )
+    missing = [name for name, size in zip(columns, given, strict=True) if size is None]
+    if any(name in unlabelled for name in missing):
+        example = tuple("None" if name in labelled else f"<{name} length>" for name in columns)
+        raise LayoutError(
+            f"Columns {unlabelled} hold integer positions, so the table needs shape= with their "
+            "axes' lengths: the largest position does not say how long an axis is, and a guess "
+            "would make trailing empty positions disappear. Pass "
+            f"shape=({', '.join(example)}){',' if len(columns) == 1 else ''}: None leaves an "
+            "axis of names to its distinct names."
+        )
+
+
+def frame_shape(
+    shape: Sequence[int | None] | None, columns: tuple[str, ...], labels: Mapping[str, Any]
+) -> tuple[int, ...]:
+    """The shape a table declares: label counts along labelled axes (where ``shape`` gives
+    None, or is None), ``shape`` elsewhere."""
+    refuse_positions_without_lengths(shape, columns, list(labels))
+    given = [None] * len(columns) if shape is None else list(shape)
+    sizes = _check_shape(
+        [
+            len(labels[name]) if size is None else size
+            for name, size in zip(columns, given, strict=True)
+        ]
+    )
     for name, size in zip(columns, sizes, strict=True):
         if name in labels and len(labels[name]) != size:
             raise LayoutError(
                 f"Column {name!r} holds {len(labels[name])} distinct names but shape= gives its "
-                f"axis length {size}; the names decide the axis, so leave shape= out."
+                f"axis length {size}; the names decide the axis, so give None for it in shape=."
             )
     return sizes
 

@@ -81,8 +81,8 @@ class SpillTo(NamedTuple):
 
 
 def shared_directory_for(group: Any, token: str) -> str | None:
-    """The spill directory of the write named ``token`` inside the directory of ``group``'s
-    store, when it is a plain local directory store written in place, else None.
+    """The spill directory of the write named ``token`` inside the directory of ``group`` (a
+    zarr ``StorePath``), when it is in a plain local directory store, else None.
 
     Inside the store, not beside it: the store's directory is the one place every worker
     writing the store can write and read, and a write cut short leaves its parts in the torn

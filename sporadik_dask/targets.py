@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zarr.storage import StorePath
@@ -23,7 +24,11 @@ from sporadik_dask.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.storage import StoreLike, location_of, run
 from sporadik_dask.zarr_adapter import resolve_store_path
 
-__all__ = ["Target", "check_target", "same_or_inside"]
+__all__ = ["WRITING_KEY", "Target", "check_target", "same_or_inside"]
+
+#: Root attribute naming the write that laid the store out, until its block replaces it
+#: (:mod:`sporadik_dask.skeleton`).
+WRITING_KEY = "sporadik-dask-writing"
 
 #: Entries named in a refusal, so a user recognises the directory without a listing of thousands.
 NAMED_ENTRIES = 3
@@ -38,6 +43,8 @@ class Target:
     entries: tuple[str, ...]
     #: Whether what is there is a sporadik store (or an empty zarr v3 group), finished or torn.
     sporadik: bool
+    #: The root group's attributes, when there is one.
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -65,14 +72,16 @@ def _is_sporadik(document: dict[str, Any] | None, entries: set[str]) -> bool:
     labels = attributes.get(LABELS_KEY)
     return (
         BLOCK_KEY in attributes
+        or WRITING_KEY in attributes
         or (isinstance(labels, dict) and "dims" in labels)
         or LAYOUTS_GROUP in entries
         or (not attributes and entries == {"zarr.json"})
     )
 
 
-async def _look_async(store: StoreLike, storage_options: dict[str, Any] | None) -> Target:
-    location = location_of(store)
+async def _look_async(
+    store: StoreLike, storage_options: dict[str, Any] | None, location: str
+) -> Target:
     if isinstance(store, (str, os.PathLike)) and "://" not in os.fspath(store):
         path = os.fspath(store)
         if os.path.exists(path) and not os.path.isdir(path):
@@ -96,7 +105,13 @@ async def _look_async(store: StoreLike, storage_options: dict[str, Any] | None) 
         document = None
     if not isinstance(document, dict):
         document = None
-    return Target(location, tuple(entries), _is_sporadik(document, set(entries)))
+    attributes = (document or {}).get("attributes")
+    return Target(
+        location,
+        tuple(entries),
+        _is_sporadik(document, set(entries)),
+        attributes if isinstance(attributes, dict) else {},
+    )
 
 
 def _what(target: Target) -> str:
@@ -123,17 +138,21 @@ def check_target(
     overwrite: bool,
     storage_options: dict[str, Any] | None = None,
     inputs: Iterable[str] = (),
+    location: str | None = None,
+    token: str | None = None,
 ) -> Target:
-    """What is at ``store``, refusing a write that would destroy something.
+    """What is at ``store`` (called ``location`` in messages), refusing a write that would
+    destroy something. A store the write named ``token`` laid out itself is its own.
 
     1. A location equal to an input, inside one, or holding one is refused: replacing it
        deletes what is being read, before it is read.
     2. Nothing there, or an empty directory: the write goes ahead.
-    3. A sporadik store (complete or torn): replaced only with ``overwrite=True``.
+    3. A sporadik store (complete or torn): replaced only with ``overwrite=True``; a local
+       location inside one is refused.
     4. Anything else (a file, an AnnData store, a directory of other files) is refused, even with
        ``overwrite=True``: the write would delete it, and it is not ours to delete.
     """
-    location = location_of(store)
+    location = location_of(store) if location is None else location
     if isinstance(store, (str, os.PathLike)):
         for source in inputs:
             if same_or_inside(location, source) or same_or_inside(source, location):
@@ -142,8 +161,10 @@ def check_target(
                     "writing there would delete the input before it is read. Choose another "
                     "output path."
                 )
-    target = run(_look_async(store, storage_options))
-    if target.empty:
+    if isinstance(store, (str, os.PathLike)) and "://" not in location:
+        _refuse_inside_a_store(location)
+    target = run(_look_async(store, storage_options, location))
+    if target.empty or (token is not None and target.attributes.get(WRITING_KEY) == token):
         return target
     if not target.sporadik:
         raise StoreExistsError(
@@ -152,8 +173,32 @@ def check_target(
             "Choose a path that does not exist yet or an empty directory."
         )
     if not overwrite:
+        what = (
+            "a sporadik store"
+            if BLOCK_KEY in target.attributes
+            else "an unfinished sporadik store (no block: a write that never ended, or one "
+            "still running)"
+        )
         raise StoreExistsError(
-            f"{location} already holds a sporadik store; pass overwrite=True to replace it. "
+            f"{location} already holds {what}; pass overwrite=True to replace it. "
             "Writing over it would mix old chunks with new ones."
         )
     return target
+
+
+def _refuse_inside_a_store(location: str) -> None:
+    """Refuse a local location inside a sporadik store: the store's validation would call
+    the new store's files foreign, and replacing the outer store would delete the inner one."""
+    path = os.path.realpath(location)
+    for parent in list(Path(path).parents)[:-1]:
+        document = parent / "zarr.json"
+        try:
+            attributes = json.loads(document.read_text()).get("attributes", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(attributes, dict) and (BLOCK_KEY in attributes or WRITING_KEY in attributes):
+            raise StoreExistsError(
+                f"{location} lies inside the sporadik store {parent}: a store written there "
+                "would be deleted with the outer one, and taken for foreign files by its "
+                "checks. Choose a path outside it."
+            )

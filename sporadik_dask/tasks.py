@@ -149,6 +149,12 @@ class ArrayRef:
         """A reference to an open array, as it stands now."""
         return cls(array.store, str(array.store), array.path, _digest(array))
 
+    @classmethod
+    def at(cls, store: Any, path: str, array: zarr.Array[Any]) -> ArrayRef:
+        """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
+        (made elsewhere, e.g. in memory) will describe once it is written there."""
+        return cls(store, str(store), path, _digest(array))
+
     def open(self) -> zarr.Array[Any]:
         """The array, opened in this process once and kept, refused if it changed since."""
         return _open(self)

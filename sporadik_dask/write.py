@@ -17,22 +17,18 @@ from dask.base import DaskMethodsMixin
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.typing import Key
+from zarr.storage import StorePath
 
 from sporadik_dask import spill
 from sporadik_dask.budgets import held_pieces, partition_values
 from sporadik_dask.describe import StoreDescription, describe
-from sporadik_dask.errors import IncompleteError, LayoutError, StoreNotFoundError
+from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
+from sporadik_dask.skeleton import Skeleton, commit_block, skeleton_of
 from sporadik_dask.sources import Source, source_of, source_of_layout
-from sporadik_dask.spec import (
-    BLOCK_KEY,
-    ENCODING_VERSION,
-    LAYOUTS_GROUP,
-    MAXIMA,
-    Block,
-)
+from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
 from sporadik_dask.targets import check_target
 from sporadik_dask.tasks import ArrayRef
@@ -46,6 +42,9 @@ __all__ = [
 ]
 
 Duplicates = Literal["sum", "refuse"]
+
+#: The name of a write's first task, which lays out its store, before the write's token.
+LAY_OUT = "sporadik-lay-out-"
 
 
 class StoreWrite(DaskMethodsMixin):
@@ -67,6 +66,7 @@ class StoreWrite(DaskMethodsMixin):
         "_name",
         "_spill",
         "_store",
+        "_token",
     )
 
     def __init__(
@@ -77,9 +77,10 @@ class StoreWrite(DaskMethodsMixin):
         block: Block,
         location: str,
         spill_to: spill.SpillTo | None = None,
+        token: str | None = None,
     ) -> None:
         self._graph, self._keys, self._store = graph, keys, store
-        self._block, self._location = block, location
+        self._block, self._location, self._token = block, location, token
         self._spill = () if spill_to is None else spill_to.directories
         self._name: str = list(graph.layers)[-1]
         self._done = False  # every chunk write seen to return, by compute or wait
@@ -99,7 +100,7 @@ class StoreWrite(DaskMethodsMixin):
         return (type(self).__name__, self._name)
 
     def __dask_postcompute__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _commit, (self._store, self._block, self._location, self._spill)
+        return _commit, (self._store, self._block, self._location, self._spill, self._token)
 
     def __dask_postpersist__(self) -> tuple[Any, tuple[Any, ...]]:
         raise NotImplementedError("A store write is computed, not persisted.")
@@ -108,6 +109,9 @@ class StoreWrite(DaskMethodsMixin):
 
     @staticmethod
     def __dask_optimize__(graph: Any, keys: Any, **kwargs: Any) -> Any:
+        """The graph as it is, once no two of the writes computed together lay out one
+        location: each would delete what the other wrote, in whatever order they ran."""
+        _refuse_two_writes_to_one_location(graph)
         return graph
 
     def written(self) -> Delayed:
@@ -138,7 +142,7 @@ class StoreWrite(DaskMethodsMixin):
                 "w.compute() first, or pass the result of w.written(): "
                 "w.commit(client.compute(w.written()).result())."
             )
-        return _commit(None, self._store, self._block, self._location, self._spill)
+        return _commit(None, self._store, self._block, self._location, self._spill, self._token)
 
     def futures(self, client: Any) -> list[Any]:
         """Submit every chunk write to a ``distributed.Client``: one future per write, for
@@ -201,13 +205,36 @@ def _written(results: list[None]) -> int:
 
 
 def _commit(
-    results: Any, store: Any, block: Block, location: str, spill_to: Sequence[str] = ()
+    results: Any,
+    store: Any,
+    block: Block,
+    location: str,
+    spill_to: Sequence[str] = (),
+    token: str | None = None,
 ) -> StoreDescription:
     """Remove the write's spilled parts, write the block, last, and describe what it now says."""
     spill.remove(spill_to)
-    root = zarr.open_group(store, mode="r+", zarr_format=3)
-    root.attrs[BLOCK_KEY] = block.to_json()
+    commit_block(store, block, location, token)
     return replace(describe(store), location=location)
+
+
+def _refuse_two_writes_to_one_location(graph: HighLevelGraph) -> None:
+    """Raise when ``graph`` lays out two different stores at one location."""
+    found: dict[str, str] = {}
+    for name, layer in graph.layers.items():
+        if not name.startswith(LAY_OUT):
+            continue
+        task = layer[name]
+        laid_out = task.args[0] if hasattr(task, "args") else task[1]
+        where = laid_out.location
+        token = name[len(LAY_OUT) :]
+        if found.setdefault(where, token) != token:
+            raise StoreExistsError(
+                f"Two different writes to {where} are computed together: each lays the store "
+                "out by deleting what is there, so either could delete chunks the other wrote, "
+                "and the store would read as a mix of both. Compute them one after the other, "
+                "or write each to its own location."
+            )
 
 
 def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
@@ -280,37 +307,40 @@ def _read_from(x: Any) -> list[str]:
     return [value.location for value in found if isinstance(value, StoreReader)]
 
 
-def _prepare(
+def _skeleton(
     store: StoreLike,
     storage_options: dict[str, Any] | None,
     overwrite: bool,
     labels: Labels | None,
-    inputs: Sequence[str] = (),
-) -> zarr.Group:
-    """An empty root group at ``store``, holding no block; the old block goes first.
+    plans: dict[int, LayoutPlan],
+    byte_addressable: bool,
+) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
+    """The new store's documents (:mod:`~sporadik_dask.skeleton`), and a reference to each
+    array they create, at ``store``, where :func:`~sporadik_dask.skeleton.lay_out` puts them."""
+    made: dict[int, dict[str, zarr.Array[Any]]] = {}
 
-    :func:`~sporadik_dask.targets.check_target` decides whether anything there may be replaced
-    (only a sporadik store, with ``overwrite``), since opening with ``mode="w"`` deletes it all.
-    """
-    target = check_target(
-        store, overwrite=overwrite, storage_options=storage_options, inputs=inputs
+    def build(root: zarr.Group) -> None:
+        write_coords(root, labels)
+        layouts = root.create_group(LAYOUTS_GROUP)
+        for axis, plan in plans.items():
+            made[axis] = create_layout(layouts, plan, byte_addressable)
+
+    skeleton = skeleton_of(
+        store, storage_options, location_of(store), overwrite, labels_attributes(labels), build
     )
-    if not target.empty:
-        try:
-            existing = open_group(store, mode="r+", storage_options=storage_options)
-        except StoreNotFoundError:  # torn before its root document was written
-            existing = None
-        if existing is not None and BLOCK_KEY in existing.attrs:
-            del existing.attrs[BLOCK_KEY]
-    root = zarr.open_group(
-        store,
-        mode="w",
-        storage_options=storage_options,
-        zarr_format=3,
-        attributes=labels_attributes(labels),
-    )
-    write_coords(root, labels)
-    return root
+    where = skeleton.where
+    arrays = {
+        axis: {
+            name: ArrayRef.at(where.store, _joined(where.path, array.path), array)
+            for name, array in found.items()
+        }
+        for axis, found in made.items()
+    }
+    return skeleton, arrays
+
+
+def _joined(prefix: str, path: str) -> str:
+    return f"{prefix}/{path}" if prefix else path
 
 
 def create_layout(
@@ -345,7 +375,7 @@ def to_sporadik(
     x: Any,
     store: StoreLike,
     *,
-    shape: Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
     shard: int | None = None,
@@ -365,7 +395,7 @@ def to_sporadik(
     x: Any,
     store: StoreLike,
     *,
-    shape: Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
     shard: int | None = None,
@@ -384,7 +414,7 @@ def to_sporadik(
     x: Any,
     store: StoreLike,
     *,
-    shape: Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
     axes: Sequence[int] | None = None,
     chunk: int | None = None,
     shard: int | None = None,
@@ -433,7 +463,8 @@ def to_sporadik(
     columns, values
         For a dask DataFrame: its coordinate columns, one per axis, and its value column (without
         one, each row counts one). A column of names becomes a labelled axis, its sorted distinct
-        names the coordinate; integer columns are positions and need ``shape=``.
+        names the coordinate; integer columns are positions and need ``shape=`` (with None for
+        an axis of names, e.g. ``shape=(n_cells, None)``).
 
     Returns
     -------
@@ -454,34 +485,39 @@ def to_sporadik(
         partition_bytes=partition_bytes,
         shard=shard,
     )
-    root = _prepare(store, storage_options, overwrite, source.labels, inputs)
+    skeleton, arrays = _skeleton(
+        store, storage_options, overwrite, source.labels, plans, byte_addressable
+    )
     block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
-    layouts = root.create_group(LAYOUTS_GROUP)
-    return _write(source, plans, layouts, byte_addressable, block, location_of(store), compute)
+    return _write(source, plans, arrays, skeleton.where / LAYOUTS_GROUP, block, skeleton, compute)
 
 
 def _write(
     source: Source,
     plans: dict[int, LayoutPlan],
-    layouts: zarr.Group,
-    byte_addressable: bool,
+    arrays: dict[int, dict[str, ArrayRef]],
+    layouts: StorePath,
     block: Block,
-    location: str,
+    laid_out: Skeleton | str,
     compute: bool,
 ) -> StoreDescription | StoreWrite:
-    """Create the planned layouts' arrays, then compute (or return) their write and commit."""
-    arrays = {
-        axis: {
-            name: ArrayRef.of(array)
-            for name, array in create_layout(layouts, plan, byte_addressable).items()
-        }
-        for axis, plan in plans.items()
-    }
+    """Compute (or return) the write of the planned layouts' ``arrays`` and its commit: after
+    laying out the store first when given its :class:`Skeleton`, else into the store at the
+    location named, whose arrays exist."""
     pieces = len(source.pieces.keys)
     held = {axis: held_pieces(plan, pieces) for axis, plan in plans.items()}
     spilled = {axis: first for axis, first in held.items() if first < pieces}
-    graph, keys, spill_to = write_graph(source.pieces, plans, arrays, spilled, shared=layouts)
-    write = StoreWrite(graph, keys, layouts.store, block, location, spill_to)
+    first: tuple[str, Skeleton] | None = None
+    token: str | None = None
+    if isinstance(laid_out, Skeleton):
+        first = (LAY_OUT + laid_out.token, laid_out)
+        location, token = laid_out.location, laid_out.token
+    else:
+        location = laid_out
+    graph, keys, spill_to = write_graph(
+        source.pieces, plans, arrays, spilled, shared=layouts, first=first
+    )
+    write = StoreWrite(graph, keys, layouts.store, block, location, spill_to, token=token)
     if compute:
         description: StoreDescription = write.compute()
         return description
@@ -558,4 +594,11 @@ def add_axis(
         del layouts[f"axis{axis}"]
     orders = {a: layout.index_order for a, layout in description.layouts.items()}
     block = Block.over(description.shape, {**orders, axis: plans[axis].index_order})
-    return _write(source, plans, layouts, byte_addressable, block, description.location, compute)
+    arrays = {
+        axis: {
+            name: ArrayRef.of(array)
+            for name, array in create_layout(layouts, plans[axis], byte_addressable).items()
+        }
+    }
+    where = layouts.store_path
+    return _write(source, plans, arrays, where, block, description.location, compute)

@@ -35,6 +35,7 @@ __all__ = [
     "buffer_prototype",
     "chunk_key",
     "crc32c",
+    "make_writable_store_path",
     "metadata_document",
     "resolve_store_path",
     "run",
@@ -86,3 +87,11 @@ async def resolve_store_path(
 ) -> StorePath:
     """zarr's own resolution of a path, URL or store object into a read-only store path."""
     return await make_store_path(store, mode="r", storage_options=storage_options)
+
+
+async def make_writable_store_path(
+    store: StoreLike, *, storage_options: dict[str, Any] | None = None
+) -> StorePath:
+    """zarr's own resolution of a path, URL or store object into a writable store path, which
+    (unlike opening a group with ``mode="w"``) deletes nothing there."""
+    return await make_store_path(store, mode="a", storage_options=storage_options)

@@ -174,8 +174,9 @@ def test_compute_false_writes_nothing_until_computed_then_commits(tmp_path: Path
     path = tmp_path / "s.zarr"
     write = sd.to_sporadik(_dask_sparse(dense, (20, 20)), path, compute=False)
     assert isinstance(write, sd.StoreWrite)
-    with pytest.raises(sd.IncompleteError):
+    with pytest.raises(sd.StoreNotFoundError):
         sd.describe(path)
+    assert not list(path.rglob("*"))
     (description,) = dask.compute(write)
     assert description.nnz == np.count_nonzero(dense)
     np.testing.assert_array_equal(read_back(path), dense)
@@ -192,8 +193,8 @@ def test_a_commit_before_the_writes_have_returned_is_refused_and_writes_no_block
         write.commit()
     with pytest.raises(sd.IncompleteError, match="3 of"):
         write.commit(3)
-    with pytest.raises(sd.IncompleteError):
-        sd.describe(path)  # still no block: the store refuses to open
+    with pytest.raises(sd.StoreNotFoundError):
+        sd.describe(path)  # still nothing there: the write's first task has not run
     count = write.written().compute()
     assert write.commit(count).nnz == np.count_nonzero(dense)
     np.testing.assert_array_equal(read_back(path), dense)
@@ -264,7 +265,10 @@ def test_a_file_is_refused_as_a_target(tmp_path: Path) -> None:
 
 def test_a_torn_store_is_refused_without_overwrite_and_replaced_with_it(tmp_path: Path) -> None:
     path = tmp_path / "s.zarr"
-    sd.to_sporadik(np.eye(5), path, compute=False)  # never computed: no block
+    write = sd.to_sporadik(np.eye(5), path, compute=False)
+    dask.get(write.__dask_graph__(), write.__dask_keys__()[:1])  # laid out, one write: no block
+    with pytest.raises(sd.IncompleteError):
+        sd.describe(path)
     with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
         sd.to_sporadik(np.eye(6), path)
     assert sd.to_sporadik(np.eye(6), path, overwrite=True).shape == (6, 6)
@@ -525,3 +529,141 @@ def test_anndata_read_lazily_is_written_as_anndata_itself_would_write_it(
     sd.to_sporadik(x, tmp_path / "ours.zarr")
     sd.to_sporadik(dense, tmp_path / "dense.zarr")
     assert layout_files(tmp_path / "ours.zarr") == layout_files(tmp_path / "dense.zarr")
+
+
+def test_a_pending_overwrite_leaves_the_old_store_readable_until_it_is_computed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.zarr"
+    old = random_dense(np.random.default_rng(40), (30, 20), 0.2)
+    new = random_dense(np.random.default_rng(41), (50, 40), 0.2)
+    sd.to_sporadik(old, path, chunk=16)
+    before = layout_files(path)
+    write = sd.to_sporadik(_dask_sparse(new, (20, 20)), path, overwrite=True, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    # planned, not computed: the old store is as it was, and reads as it did
+    assert layout_files(path) == before
+    np.testing.assert_array_equal(read_back(path), old)
+    del write  # dropped, never computed
+    np.testing.assert_array_equal(read_back(path), old)
+    again = sd.to_sporadik(_dask_sparse(new, (20, 20)), path, overwrite=True, compute=False)
+    assert isinstance(again, sd.StoreWrite)
+    again.compute()
+    np.testing.assert_array_equal(read_back(path), new)
+    sd.validate(path)
+    assert "sporadik-dask-writing" not in json.loads((path / "zarr.json").read_text())["attributes"]
+
+
+def test_two_different_writes_to_one_location_in_one_compute_are_refused_before_either_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.zarr"
+    old = random_dense(np.random.default_rng(42), (30, 20), 0.2)
+    sd.to_sporadik(old, path, chunk=16)
+    before = layout_files(path)
+    one, other = (
+        sd.to_sporadik(
+            _dask_sparse(random_dense(np.random.default_rng(seed), (40, 30), 0.2), (20, 15)),
+            path,
+            overwrite=True,
+            compute=False,
+        )
+        for seed in (43, 44)
+    )
+    with pytest.raises(sd.StoreExistsError, match="computed together"):
+        dask.compute(one, other)
+    assert layout_files(path) == before
+    np.testing.assert_array_equal(read_back(path), old)
+
+
+def test_the_same_write_twice_in_one_compute_writes_once_and_commits(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(45), (40, 30), 0.2)
+    path = tmp_path / "s.zarr"
+    one, same = (
+        sd.to_sporadik(_dask_sparse(dense, (20, 15)), path, chunk=16, compute=False)
+        for _ in range(2)
+    )
+    a, b = dask.compute(one, same)
+    assert a.nnz == b.nnz == np.count_nonzero(dense)
+    np.testing.assert_array_equal(read_back(path), dense)
+
+
+def test_a_location_filled_after_planning_is_refused_when_the_write_runs(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(np.eye(6), path, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    path.mkdir(exist_ok=True)
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(sd.StoreExistsError, match=r"notes\.txt"):
+        write.compute()
+    assert sorted(p.name for p in path.iterdir()) == ["notes.txt"]
+    # and a sporadik store written there meanwhile is replaced only by an overwrite
+    (path / "notes.txt").unlink()
+    sd.to_sporadik(np.eye(3), path)
+    with pytest.raises(sd.StoreExistsError, match="overwrite=True"):
+        write.compute()
+    np.testing.assert_array_equal(read_back(path), np.eye(3))
+
+
+def test_laying_out_again_after_chunks_were_written_keeps_them(tmp_path: Path) -> None:
+    # What distributed does when the worker holding the lay-out's result is lost: it runs it again.
+    from sporadik_dask.skeleton import lay_out
+
+    dense = random_dense(np.random.default_rng(46), (50, 40), 0.2)
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(_dask_sparse(dense, (20, 20)), path, chunk=16, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    graph = dict(write.__dask_graph__())
+    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-lay-out")]
+    dask.get(graph, write.__dask_keys__())
+    written = layout_files(path)
+    laid_out = graph[name]
+    lay_out(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
+    assert layout_files(path) == written
+    write.commit(len(write.__dask_keys__()))
+    np.testing.assert_array_equal(read_back(path), dense)
+
+
+def test_a_torn_store_is_named_unfinished_when_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(np.eye(5), path)
+    document = json.loads((path / "zarr.json").read_text())
+    del document["attributes"]["sporadik"]
+    (path / "zarr.json").write_text(json.dumps(document))
+    with pytest.raises(sd.StoreExistsError, match="an unfinished sporadik store"):
+        sd.to_sporadik(np.eye(5), path)
+
+
+def test_a_store_inside_another_store_is_refused(tmp_path: Path) -> None:
+    outer = tmp_path / "outer.zarr"
+    sd.to_sporadik(np.eye(5), outer)
+    before = layout_files(outer)
+    for inner in (outer / "inner.zarr", outer / "layouts" / "deeper" / "x.zarr"):
+        with pytest.raises(sd.StoreExistsError, match="lies inside the sporadik store"):
+            sd.to_sporadik(np.eye(3), inner)
+        assert not inner.exists()
+    assert layout_files(outer) == before
+    sd.validate(outer)
+    assert sd.to_sporadik(np.eye(3), tmp_path / "beside.zarr").shape == (3, 3)
+
+
+def test_a_table_of_positions_and_names_takes_none_for_the_axis_of_names(tmp_path: Path) -> None:
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rng = np.random.default_rng(47)
+    table = pd.DataFrame(
+        {"cell": rng.integers(0, 50, 400), "gene": rng.choice(["b", "a", "c"], 400)}
+    )
+    frame = dd.from_pandas(table, npartitions=2)
+    with pytest.raises(sd.LayoutError, match=r"Pass shape=\(<cell length>, None\)"):
+        sd.to_sporadik(frame, tmp_path / "a.zarr", columns=["cell", "gene"])
+    assert not (tmp_path / "a.zarr").exists()
+    sd.to_sporadik(frame, tmp_path / "a.zarr", columns=["cell", "gene"], shape=(60, None))
+    expected = pd.crosstab(table["cell"], table["gene"]).reindex(index=range(60), fill_value=0)
+    np.testing.assert_array_equal(read_back(tmp_path / "a.zarr"), expected.to_numpy())
+
+
+def test_the_synthetic_inputs_are_an_attribute_of_the_package() -> None:
+    x = sd.synthetic.counts_matrix(cells=20, genes=5, density=0.5, rows_per_chunk=10)
+    assert x.shape == (20, 5)

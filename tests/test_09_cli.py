@@ -300,7 +300,8 @@ MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
             str(p / "o.zarr"),
             *["--columns", "a", "b", "--shape", "3", "3"],
         ],
-        r"--shape gives its axis length 3; the names decide the axis, so leave --shape out\.",
+        r"--shape gives its axis length 3; the names decide the axis, so give None for it in "
+        r"--shape\.",
     ),
 }
 

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -47,6 +48,9 @@ def test_a_torn_upload_in_s3_is_refused(s3: S3Bucket) -> None:
         np.eye(20, dtype=np.float32), url, storage_options=options, compute=False
     )
     assert isinstance(write, sd.StoreWrite)
+    with pytest.raises(sd.StoreNotFoundError):  # nothing is written before compute
+        xr.open_dataset(url, engine="sporadik", storage_options=options)
+    dask.get(write.__dask_graph__(), write.__dask_keys__()[:2])  # laid out, two writes
     with pytest.raises(sd.IncompleteError):
         xr.open_dataset(url, engine="sporadik", storage_options=options)
     write.compute()

@@ -145,6 +145,12 @@ def test_integer_positions_beside_names_are_checked_against_the_shape(
     np.testing.assert_array_equal(dense, expected.to_numpy())
     assert main([*args, "--shape", "3", "30", "--overwrite"]) == 2
     assert "outside an axis of length 30" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main([*args, "--overwrite"]) == 2  # refused before any pass over the table
+    assert "Pass --shape None <bin length>" in capsys.readouterr().err
+    assert main([*args, "--shape", "none", "40", "--overwrite"]) == 0
+    with sporadik.open_array(tmp_path / "out.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), expected.to_numpy())
 
 
 def test_missing_names_and_float_coordinates_are_refused(

@@ -279,7 +279,7 @@ def test_cluster_workers_write_each_shard_in_one_put_and_a_torn_write_is_refused
         write = sd.to_sporadik(
             x, store, chunk=256, shard=2048, partition_bytes=40_000, compute=False
         )
-        with pytest.raises(sd.IncompleteError):
+        with pytest.raises(sd.StoreNotFoundError):  # nothing is written before compute
             sd.describe(store)
         with proxy.counting() as counts:
             description = write.compute()

@@ -141,7 +141,7 @@ def test_a_pending_write_dropped_uncomputed_leaves_no_spill_directory(
     local, shared = write._spill
     assert local.startswith(str(scratch)) and shared.startswith(str(tmp_path / "a.zarr"))
     for made in (local, shared):
-        Path(made).mkdir()
+        Path(made).mkdir(parents=True)
         (Path(made) / "x.parts").write_bytes(b"0")
     del write
     assert list(scratch.iterdir()) == []
@@ -174,14 +174,18 @@ def test_the_csc_layout_of_row_blocks_spills_before_its_streaming_csr_layout() -
 
 
 class _Starts(Callback):
-    """The order tasks of a write started in."""
+    """The order tasks of a write started in, and how many had started when each ended."""
 
     def __init__(self) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.keys: list[Any] = []
+        self.ended: dict[Any, int] = {}
 
     def _pretask(self, key: Any, *args: Any) -> None:
         self.keys.append(key)
+
+    def _posttask(self, key: Any, *args: Any) -> None:
+        self.ended[key] = len(self.keys)
 
 
 @pytest.mark.parametrize("scheduler", ["threads", "sync"])
@@ -204,8 +208,15 @@ def test_a_local_write_sorts_a_streaming_partition_before_the_last_piece_is_read
     pieces = [i for i, name in enumerate(names) if name.startswith("sporadik-pieces")]
     csr = [i for i, name in enumerate(names) if name.endswith("-0-sort")]
     assert len(pieces) == 30 and len(csr) == 15
-    read_before = [sum(piece < sort for piece in pieces) for sort in csr]
-    assert all(read <= 2 * (k + 1) + 1 for k, read in enumerate(read_before)), read_before
+    # Blocks are read while the write's first task lays the store out, and no partition is
+    # sorted (written) before it ends: on threads those blocks may come first, more of them on
+    # a busy machine (measured: up to 10). Count the blocks started after it ended.
+    (laid_out,) = [key for key in starts.ended if str(key).startswith("sporadik-lay-out-")]
+    early = sum(piece < starts.ended[laid_out] for piece in pieces)
+    assert scheduler != "sync" or early <= 2, early
+    read_before = [max(0, sum(piece < sort for piece in pieces) - early) for sort in csr]
+    slack = 1 if scheduler == "sync" else 2  # on threads, the other thread's block
+    assert all(read <= 2 * (k + 1) + slack for k, read in enumerate(read_before)), read_before
     stored = sd.from_sporadik(tmp_path / "a.zarr").compute()
     np.testing.assert_array_equal(stored.todense(), x.compute().todense())
 

@@ -1,0 +1,142 @@
+"""A new store's documents: made in memory when a write is planned, put in place when it runs.
+
+A write planned with ``compute=False`` must not touch what is at its location yet: a dask user
+reads it as "nothing happens until compute", and a pending write over an old store that is never
+computed, or fails while counting, would otherwise have deleted the old store for nothing. So the
+client writes the root group, its labels and coordinates, and every layout's empty arrays into a
+``MemoryStore``, takes each array's ``zarr.json`` from there for the write's tasks to check, and
+the write's first task (:func:`lay_out`) puts those documents in place, on whichever process runs
+it, before any chunk is written.
+
+The documents name their write: the root's attribute ``WRITING_KEY`` holds the write's token
+until :func:`commit_block` replaces it with the block, in one document write. A retried
+:func:`lay_out` (its result lost with a worker) finds its own token and leaves the chunks already
+written alone; a commit that finds another write's token refuses, as another write has replaced
+the store while this one ran.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import zarr
+from dask.base import tokenize
+from zarr.storage import MemoryStore, StorePath
+
+from sporadik_dask.errors import SporadikError
+from sporadik_dask.spec import BLOCK_KEY, Block
+from sporadik_dask.storage import open_group, run
+from sporadik_dask.targets import WRITING_KEY, check_target
+from sporadik_dask.zarr_adapter import buffer_prototype, make_writable_store_path
+
+__all__ = ["Skeleton", "commit_block", "lay_out", "skeleton_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Skeleton:
+    """Every document of a new store, the location they go to, and the write they belong to."""
+
+    #: Where the store goes: a writable store and the path of the root group in it.
+    where: StorePath = field(compare=False)
+    #: The location as the user gave it, for messages.
+    location: str
+    #: Whether a sporadik store found there when the write runs may be replaced.
+    overwrite: bool
+    #: ``(key, bytes)`` relative to the root, the root's ``zarr.json`` first.
+    documents: tuple[tuple[str, bytes], ...] = field(repr=False)
+    #: The write's token, in the root's attributes until the block replaces it.
+    token: str
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        return (self.location, self.token)
+
+
+def skeleton_of(
+    store: Any,
+    storage_options: dict[str, Any] | None,
+    location: str,
+    overwrite: bool,
+    attributes: Mapping[str, Any],
+    build: Callable[[zarr.Group], None],
+) -> Skeleton:
+    """A store's documents, made by ``build`` on an empty root group in memory with
+    ``attributes``, to go to ``store``."""
+    memory = MemoryStore()
+    root = zarr.open_group(memory, mode="w", zarr_format=3, attributes=dict(attributes))
+    build(root)
+    documents = run(_documents(memory))
+    token = tokenize(location, documents)
+    root.attrs[WRITING_KEY] = token
+    documents = run(_documents(memory))
+    where = run(make_writable_store_path(store, storage_options=storage_options))
+    return Skeleton(where, location, overwrite, documents, token)
+
+
+async def _documents(memory: MemoryStore) -> tuple[tuple[str, bytes], ...]:
+    keys = sorted([key async for key in memory.list()], key=lambda k: (k != "zarr.json", k))
+    found = []
+    for key in keys:
+        value = await memory.get(key, buffer_prototype())
+        assert value is not None  # listed just now, in memory
+        found.append((key, value.to_bytes()))
+    return tuple(found)
+
+
+def lay_out(skeleton: Skeleton) -> str:
+    """The write's first task: replace what is at the location with the skeleton's documents.
+
+    1. Check the location again, by :func:`~sporadik_dask.targets.check_target`'s rule: it may
+       have changed since the write was planned.
+    2. A root already naming this write was laid out by an earlier run of this task: leave it
+       and the chunks written into it.
+    3. Remove an old store's block first, so a store torn by what follows is never read as
+       finished; then delete everything there, and write the root document, then the rest.
+    """
+    target = check_target(
+        skeleton.where,
+        overwrite=skeleton.overwrite,
+        location=skeleton.location,
+        token=skeleton.token,
+    )
+    if target.attributes.get(WRITING_KEY) == skeleton.token:
+        return skeleton.token
+    if BLOCK_KEY in target.attributes:
+        del open_group(skeleton.where, mode="r+").attrs[BLOCK_KEY]
+    run(_put(skeleton))
+    return skeleton.token
+
+
+async def _put(skeleton: Skeleton) -> None:
+    import asyncio
+
+    prototype = buffer_prototype()
+    await skeleton.where.delete_dir()
+    (first, root), *rest = skeleton.documents
+    await (skeleton.where / first).set(prototype.buffer.from_bytes(root))
+    await asyncio.gather(
+        *((skeleton.where / key).set(prototype.buffer.from_bytes(blob)) for key, blob in rest)
+    )
+
+
+def commit_block(store: Any, block: Block, location: str, token: str | None) -> None:
+    """Write ``block`` into the root's attributes, in place of ``token``'s mark when given.
+
+    Refused when the root names another write: it replaced the store while this one ran, and
+    the chunks there may be either write's.
+    """
+    root = zarr.open_group(store, mode="r+", zarr_format=3)
+    attributes = dict(root.attrs)
+    written = json.loads(json.dumps(block.to_json()))  # as it reads back: lists, not tuples
+    if WRITING_KEY not in attributes and attributes.get(BLOCK_KEY) == written:
+        return  # committed already: the same write computed twice together, or committed again
+    if token is not None and attributes.pop(WRITING_KEY, None) != token:
+        raise SporadikError(
+            f"{location} was laid out again by another write while this one ran (its root "
+            f"names {root.attrs.get(WRITING_KEY)!r}, not {token!r}), so its chunks may be "
+            "either write's; no block was written. Run one write to a location at a time, "
+            "then write it again."
+        )
+    root.attrs.put({**attributes, BLOCK_KEY: block.to_json()})
