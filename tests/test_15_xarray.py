@@ -81,3 +81,75 @@ def test_numeric_coordinates_keep_their_dtype(tmp_path: Path) -> None:
     cells = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik").coords["cell"].values
     assert cells.dtype == np.arange(1).dtype
     np.testing.assert_array_equal(cells, np.arange(10, 16))
+
+
+def test_a_chunked_store_computes_beside_plain_dask_arrays_and_its_own_coordinates(
+    tmp_path: Path,
+) -> None:
+    """With ``chunks=``, a non-index coordinate is a plain dask array (xarray chunks it), and so
+    are a user's own variables: every result of ours computes beside them, where xarray refuses
+    a Dataset holding two types of dask array."""
+    import dask.array as da
+
+    dense = random_dense(np.random.default_rng(5), (40, 12), 0.3)
+    batch = np.arange(40) % 3
+    written = xr.DataArray(
+        sparse.COO.from_numpy(dense),
+        dims=("cell", "gene"),
+        coords={"gene": [f"g{i}" for i in range(12)], "batch": ("cell", batch)},
+        name="counts",
+    )
+    sd.to_sporadik(written, tmp_path / "s.zarr")
+    ds = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})
+    counts = ds["counts"]
+    assert type(ds["batch"].data) is da.Array  # chunked by xarray, as the zarr engine does
+    weights = xr.DataArray(da.arange(40, chunks=10, dtype=np.float64), dims="cell")
+    total = dense.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        norm = dense / total[:, None]
+    for got, expected in (
+        (counts.sum("gene").compute().values, total),
+        (counts.isel(gene=[7, 3, 3, 11, 0]).compute().data.todense(), dense[:, [7, 3, 3, 11, 0]]),
+        (counts.sel(gene=["g2", "g1"]).compute().data.todense(), dense[:, [2, 1]]),
+        (ds.assign(total=counts.sum("gene")).compute()["total"].values, total),
+        (ds.assign(norm=counts / counts.sum("gene")).compute()["norm"].data.todense(), norm),
+        (xr.merge([counts, weights.rename("w")]).compute()["w"].values, np.arange(40)),
+        (counts.assign_coords(w=weights).sum("gene").compute().values, total),
+        (counts.max().compute().values, dense.max()),
+    ):
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_array_equal(counts.sum("gene").compute()["batch"].values, batch)
+
+
+def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_path: Path) -> None:
+    """xarray asks for the labels of a chunked coordinate to group by; given them, the grouping
+    is the single pass, dims in xarray's order for it (groups last), an absent label missing."""
+    import dask
+    from xarray.groupers import UniqueGrouper
+
+    dense = random_dense(np.random.default_rng(6), (60, 9), 0.3)
+    batch = np.arange(60) % 4
+    written = xr.DataArray(
+        sparse.COO.from_numpy(dense), dims=("cell", "gene"), coords={"batch": ("cell", batch)}
+    )
+    sd.to_sporadik(written, tmp_path / "s.zarr")
+    counts = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})["s"]
+    grouped = counts.groupby(batch=UniqueGrouper(labels=[3, 0, 9]))
+    with dask.config.set({"sporadik.pushdown": False}):
+        xarrays = grouped.sum()
+    assert _holds_xarray_groupby(xarrays.data)
+    for op in ("sum", "max", "mean"):
+        got = getattr(grouped, op)()
+        assert got.dims == xarrays.dims == ("gene", "batch")
+        assert "transpose" in got.data.name and not _holds_xarray_groupby(got.data)
+        expected = np.stack(
+            [getattr(dense[batch == k], op)(axis=0) for k in (3, 0)] + [np.full(9, np.nan)]
+        ).T
+        np.testing.assert_allclose(got.compute().values, expected, rtol=1e-5)
+    loaded = counts.assign_coords(batch=counts.batch.load()).groupby("batch").sum().compute()
+    np.testing.assert_allclose(loaded.values, [dense[batch == k].sum(0) for k in range(4)], 1e-5)
+
+
+def _holds_xarray_groupby(x: object) -> bool:
+    """Whether a dask array's graph holds xarray's (or flox's) grouped reduction."""
+    return any("groupby" in str(name) or "flox" in str(name) for name in x.dask.layers)  # type: ignore[attr-defined]

@@ -23,7 +23,7 @@ from xarray.namedarray.daskmanager import DaskManager
 
 from sporadik_dask.backend.array import backend_under
 
-__all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse"]
+__all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse", "plain_dask_array"]
 
 
 class SporadikChunkManager(DaskManager):
@@ -82,7 +82,7 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     from dask.base import tokenize
 
     # the reading stack, loaded on first use
-    from sporadik_dask.read.window import READ_PREFIX, as_sporadik_array
+    from sporadik_dask.read.window import READ_PREFIX
 
     kwargs = {
         **kwargs,
@@ -92,9 +92,25 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
         "name": f"{READ_PREFIX}{kwargs.get('name') or tokenize(backend.reader, data, chunks)}",
     }
     if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
-        # ``.data[::-2]`` of the variable is then a read too, as from_sporadik's is
-        return as_sporadik_array(da.from_array(backend.reader, chunks, **kwargs))
+        return da.from_array(backend.reader, chunks, **kwargs)
     return da.from_array(data, chunks, getitem=_getter, **kwargs)
+
+
+def plain_dask_array(x: Any) -> Any:
+    """``x`` as a plain ``dask.array.Array`` (the same graph, name, chunks and meta) when it is
+    of a subclass, else ``x``.
+
+    xarray refuses to compute a Dataset whose dask variables are of more than one type
+    (``Mixing chunked array types``): one of ours beside any plain dask array (a non-index
+    coordinate, a variable the user adds) would make ``.compute()`` fail. Selections of a
+    variable are reads all the same, through xarray's indexing adapter
+    (:mod:`~sporadik_dask.backend.dask_selection`).
+    """
+    import dask.array as da
+
+    if not isinstance(x, da.Array) or type(x) is da.Array:
+        return x
+    return da.Array(x.dask, x.name, x.chunks, meta=x._meta)
 
 
 def _getter(array: Any, key: Any, **kwargs: Any) -> Any:

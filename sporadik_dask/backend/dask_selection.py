@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.read.window import select
 
 __all__ = ["install_dask_selection"]
@@ -34,7 +35,7 @@ def _rereading(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
         reread = select(self.array, indexer.tuple)
-        return original(self, indexer) if reread is None else reread
+        return original(self, indexer) if reread is None else plain_dask_array(reread)
 
     _oindex_get.rereads_sporadik = True  # type: ignore[attr-defined]
     return _oindex_get

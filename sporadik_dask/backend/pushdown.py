@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.backend.array import backend_under
+from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.window import READ_PREFIXES, reader_of
 
@@ -84,6 +85,7 @@ def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
         from xarray.core.variable import Variable
 
         dims, data = pushed
+        data = plain_dask_array(data)
         keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
         return Variable(dims, data, attrs=self.attrs if keep else None)
 
@@ -210,20 +212,27 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     dim = kwargs.pop("dim", None)
     keep_attrs = kwargs.pop("keep_attrs", None)
     kwargs.pop("shortcut", None)
-    obj = groupby._obj
+    # grouped by a chunked coordinate (labels given), xarray holds the object transposed to put
+    # the coordinate's dim last, and leaves it there in its result: group the object as it was
+    # given, and put the groups last as xarray would
+    chunked = groupby._by_chunked
+    obj = groupby._original_obj if chunked else groupby._obj
+    codes_dims = groupby.encoded.codes.dims
     if (
         len(groupby.groupers) != 1
-        or groupby._by_chunked
         or groupby._stacked_dim is not None
         or groupby._inserted_dims
         or not isinstance(obj, DataArray)
+        or (chunked and len(codes_dims) != 1)
     ):
         return None
     options = _options(_op_of(func), obj.dtype, kwargs)
-    grouped_dim = groupby._group_dim
+    grouped_dim = codes_dims[0] if chunked else groupby._group_dim
     dims = [grouped_dim] if dim is None else ([dim] if isinstance(dim, str) else list(dim))
     if options is None or grouped_dim not in dims or any(d not in obj.dims for d in dims):
         return None
+    # a chunked coordinate grouped by labels given: its codes are a dask array, computed here
+    # (one pass over the coordinate), as xarray's own path would compute them
     codes = np.asarray(groupby.encoded.codes.values, dtype=np.int64)
     grouping = Grouping(obj.get_axis_num(grouped_dim), codes, len(groupby.encoded.full_index))
     others = tuple(sorted(obj.get_axis_num(d) for d in dims if d != grouped_dim))
@@ -248,10 +257,11 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     from xarray.core.options import _get_keep_attrs
 
     keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
-    result = DataArray(data, dims=out_dims, coords=coords, name=obj.name)
+    result = DataArray(plain_dask_array(data), dims=out_dims, coords=coords, name=obj.name)
     if keep:
         result.attrs.update(obj.attrs)
-    return result.assign_coords(groupby.encoded.coords)
+    result = result.assign_coords(groupby.encoded.coords)
+    return result.transpose(..., name) if chunked else result
 
 
 def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> Any:
