@@ -162,13 +162,33 @@ def _block_pieces(name: str, blocks: str, chunks: Sequence[Sequence[int]]) -> La
 def pieces_of_coo(
     coords: npt.NDArray[np.int64], data: npt.NDArray[Any], shape: Sequence[int], step: int
 ) -> Pieces:
-    """Pieces of an in-memory canonical array: ranges of ``step`` of its values, at least one."""
+    """Pieces of an in-memory canonical array: ranges of ``step`` of its values, at least one.
+
+    With a ``distributed.Client`` as the scheduler, the pieces are scattered to its workers
+    once, and the graph holds their futures: held in the graph, the array would be sent to the
+    scheduler with every pass over it (the count pass, then the write; distributed warns of a
+    "large graph" at each).
+    """
     name = f"sporadik-pieces-{tokenize(coords, data, tuple(shape), step)}"
-    layer: Layer = {
-        (name, i): (tasks.Piece, coords[:, start : start + step], data[start : start + step])
-        for i, start in enumerate(range(0, max(data.shape[0], 1), step))
-    }
+    starts = range(0, max(data.shape[0], 1), step)
+    client = current_client()
+    if client is None:
+        layer: Layer = {
+            (name, i): (tasks.Piece, coords[:, s : s + step], data[s : s + step])
+            for i, s in enumerate(starts)
+        }
+    else:
+        pieces = [tasks.Piece(coords[:, s : s + step], data[s : s + step]) for s in starts]
+        layer = {(name, i): future for i, future in enumerate(client.scatter(pieces))}
     return Pieces(HighLevelGraph.from_collections(name, layer, []), tuple(layer))
+
+
+def current_client() -> Any:
+    """The ``distributed.Client`` dask computes on now, or None for a local scheduler."""
+    from dask.base import get_scheduler
+
+    client = getattr(get_scheduler(), "__self__", None)
+    return client if hasattr(client, "scatter") else None
 
 
 def pieces_of_columns(

@@ -61,14 +61,19 @@ def skeleton_of(
     overwrite: bool,
     attributes: Mapping[str, Any],
     build: Callable[[zarr.Group], None],
+    identity: Any,
 ) -> Skeleton:
     """A store's documents, made by ``build`` on an empty root group in memory with
-    ``attributes``, to go to ``store``."""
+    ``attributes``, to go to ``store``, for the write ``identity`` names (its input's keys).
+
+    The token names the input as well as the documents: two writes of different inputs of one
+    shape and count (``x`` and ``2 * x``) make the same documents, and under one token dask
+    would run one lay-out for both, each then writing its chunks into the other's store."""
     memory = MemoryStore()
     root = zarr.open_group(memory, mode="w", zarr_format=3, attributes=dict(attributes))
     build(root)
     documents = run(_documents(memory))
-    token = tokenize(location, documents)
+    token = tokenize(location, documents, identity)
     root.attrs[WRITING_KEY] = token
     documents = run(_documents(memory))
     where = run(make_writable_store_path(store, storage_options=storage_options))

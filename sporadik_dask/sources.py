@@ -90,15 +90,19 @@ def source_of(
     """The pieces of any supported input.
 
     Accepts a dask array (``sparse``, ``scipy.sparse`` or numpy chunks), an xarray DataArray,
-    scipy-style coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask DataFrame
-    with ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or array, a ``sparse``
-    array, or a numpy array.
+    scipy-style coordinate columns ``(data, (row, col, ...))`` with ``shape``, a dask (or
+    pandas) DataFrame with ``shape``, ``columns`` and ``values``, a ``scipy.sparse`` matrix or
+    array, a ``sparse`` array, or a numpy array.
     """
     import scipy.sparse
     import sparse
 
     if isinstance(x, Source):
         return x
+    if type(x).__module__.startswith("pandas") and hasattr(x, "columns"):
+        import dask.dataframe as dd  # a table in memory: in pieces, as a dask one is
+
+        x = dd.from_pandas(x, chunksize=PIECE_VALUES)
     if hasattr(x, "to_delayed") and hasattr(x, "dtypes") and hasattr(x, "columns"):
         if columns is None:
             raise LayoutError(

@@ -314,9 +314,11 @@ def _skeleton(
     labels: Labels | None,
     plans: dict[int, LayoutPlan],
     byte_addressable: bool,
+    identity: Any,
 ) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
-    """The new store's documents (:mod:`~sporadik_dask.skeleton`), and a reference to each
-    array they create, at ``store``, where :func:`~sporadik_dask.skeleton.lay_out` puts them."""
+    """The new store's documents (:mod:`~sporadik_dask.skeleton`) for the write of the input
+    ``identity`` names, and a reference to each array they create, at ``store``, where
+    :func:`~sporadik_dask.skeleton.lay_out` puts them."""
     made: dict[int, dict[str, zarr.Array[Any]]] = {}
 
     def build(root: zarr.Group) -> None:
@@ -326,7 +328,13 @@ def _skeleton(
             made[axis] = create_layout(layouts, plan, byte_addressable)
 
     skeleton = skeleton_of(
-        store, storage_options, location_of(store), overwrite, labels_attributes(labels), build
+        store,
+        storage_options,
+        location_of(store),
+        overwrite,
+        labels_attributes(labels),
+        build,
+        identity,
     )
     where = skeleton.where
     arrays = {
@@ -433,9 +441,9 @@ def to_sporadik(
     ----------
     x
         A dask array with ``sparse``, ``scipy.sparse`` or numpy chunks, an xarray DataArray,
-        coordinate columns ``(data, (row, col, ...))`` with ``shape=``, a dask DataFrame with
-        ``columns=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array. Zeros of numpy
-        input are dropped.
+        coordinate columns ``(data, (row, col, ...))`` with ``shape=``, a dask (or pandas)
+        DataFrame with ``columns=``, a ``scipy.sparse`` or ``sparse`` array, or a numpy array.
+        Zeros of numpy input are dropped.
     store
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
@@ -461,7 +469,7 @@ def to_sporadik(
         memory: on a local scheduler under dask's ``temporary-directory``, on a cluster inside
         a local directory store (:mod:`sporadik_dask.spill`).
     columns, values
-        For a dask DataFrame: its coordinate columns, one per axis, and its value column (without
+        For a DataFrame: its coordinate columns, one per axis, and its value column (without
         one, each row counts one). A column of names becomes a labelled axis, its sorted distinct
         names the coordinate; integer columns are positions and need ``shape=`` (with None for
         an axis of names, e.g. ``shape=(n_cells, None)``).
@@ -486,7 +494,13 @@ def to_sporadik(
         shard=shard,
     )
     skeleton, arrays = _skeleton(
-        store, storage_options, overwrite, source.labels, plans, byte_addressable
+        store,
+        storage_options,
+        overwrite,
+        source.labels,
+        plans,
+        byte_addressable,
+        source.pieces.keys,
     )
     block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
     return _write(source, plans, arrays, skeleton.where / LAYOUTS_GROUP, block, skeleton, compute)

@@ -93,5 +93,15 @@ async def make_writable_store_path(
     store: StoreLike, *, storage_options: dict[str, Any] | None = None
 ) -> StorePath:
     """zarr's own resolution of a path, URL or store object into a writable store path, which
-    (unlike opening a group with ``mode="w"``) deletes nothing there."""
+    (unlike opening a group with ``mode="w"``) deletes nothing there.
+
+    A local path's store is left unopened, as opening makes its directory: the first write
+    through it makes the directory, not the planning of a write that may never run.
+    """
+    import os
+
+    from zarr.storage import LocalStore
+
+    if isinstance(store, (str, os.PathLike)) and "://" not in os.fspath(store):
+        return StorePath(LocalStore(os.fspath(store), read_only=False), "")
     return await make_store_path(store, mode="a", storage_options=storage_options)

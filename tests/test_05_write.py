@@ -176,7 +176,7 @@ def test_compute_false_writes_nothing_until_computed_then_commits(tmp_path: Path
     assert isinstance(write, sd.StoreWrite)
     with pytest.raises(sd.StoreNotFoundError):
         sd.describe(path)
-    assert not list(path.rglob("*"))
+    assert not path.exists()
     (description,) = dask.compute(write)
     assert description.nnz == np.count_nonzero(dense)
     np.testing.assert_array_equal(read_back(path), dense)
@@ -576,6 +576,25 @@ def test_two_different_writes_to_one_location_in_one_compute_are_refused_before_
     np.testing.assert_array_equal(read_back(path), old)
 
 
+@pytest.mark.parametrize("other", ["doubled", "reversed"])
+def test_two_writes_of_one_shape_and_count_to_one_location_are_refused_together(
+    tmp_path: Path, other: str
+) -> None:
+    """Inputs that make the same documents (same shape, dtype and values per position) are
+    still two writes: computed together, each would write into the other's store."""
+    dense = random_dense(np.random.default_rng(48), (40, 30), 0.2)
+    x = _dask_sparse(dense, (20, 15))
+    y = 2 * x if other == "doubled" else x[::-1]
+    path = tmp_path / "s.zarr"
+    one, two = (sd.to_sporadik(v, path, chunk=16, compute=False) for v in (x, y))
+    with pytest.raises(sd.StoreExistsError, match="computed together"):
+        dask.compute(one, two)
+    assert not path.exists()
+    (description,) = dask.compute(two)
+    assert description.nnz == np.count_nonzero(dense)
+    np.testing.assert_array_equal(read_back(path), 2 * dense if other == "doubled" else dense[::-1])
+
+
 def test_the_same_write_twice_in_one_compute_writes_once_and_commits(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(45), (40, 30), 0.2)
     path = tmp_path / "s.zarr"
@@ -662,6 +681,9 @@ def test_a_table_of_positions_and_names_takes_none_for_the_axis_of_names(tmp_pat
     sd.to_sporadik(frame, tmp_path / "a.zarr", columns=["cell", "gene"], shape=(60, None))
     expected = pd.crosstab(table["cell"], table["gene"]).reindex(index=range(60), fill_value=0)
     np.testing.assert_array_equal(read_back(tmp_path / "a.zarr"), expected.to_numpy())
+    # a pandas table is taken as a dask one
+    sd.to_sporadik(table, tmp_path / "b.zarr", columns=["cell", "gene"], shape=(60, None))
+    np.testing.assert_array_equal(read_back(tmp_path / "b.zarr"), expected.to_numpy())
 
 
 def test_the_synthetic_inputs_are_an_attribute_of_the_package() -> None:

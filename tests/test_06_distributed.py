@@ -151,3 +151,30 @@ def test_convert_on_a_cluster_shows_progress_on_a_terminal(tmp_path: Path, clien
     assert "100% Completed" in printed and "wrote " in printed
     with sporadik.open_array(tmp_path / "out.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())
+
+
+def test_a_cluster_takes_an_in_memory_array_scattered_once_not_in_every_graph(
+    tmp_path: Path, client: Client
+) -> None:
+    """Held in the graph, a scipy matrix would be sent with the count pass and again with the
+    write (distributed warns of a large graph each time); scattered, the graph holds futures."""
+    import warnings
+
+    import scipy.sparse as sp
+    from distributed import Future
+
+    from sporadik_dask import sources
+
+    matrix = sp.random(3_000, 400, density=0.05, format="csr", dtype=np.float32, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # distributed's "Sending large graph" among them
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "100kB"}):
+            write = sd.to_sporadik(matrix, tmp_path / "s.zarr", compute=False)
+            assert isinstance(write, sd.StoreWrite)
+            description = write.compute()
+    assert description.nnz == matrix.nnz
+    pieces = sources.source_of(matrix).pieces
+    held = [pieces.graph.layers[pieces.keys[0][0]][key] for key in pieces.keys]
+    assert held and all(isinstance(piece, Future) for piece in held)
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())
