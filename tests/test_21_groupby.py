@@ -11,6 +11,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 import sparse
@@ -319,3 +320,23 @@ def test_a_grouped_mean_over_int64_indices_past_their_axis_is_refused(tmp_path: 
     budget = {"sporadik.dense-result-cells": 0}
     with dask.config.set(budget), pytest.raises(sd.LayoutError, match="holds index 999"):
         counts.groupby("kind").mean()
+
+
+@pytest.mark.parametrize("chunks", [None, {}])
+def test_groups_of_a_stored_categorical_come_in_its_categories_order(
+    tmp_path: Path, chunks: dict[str, int] | None
+) -> None:
+    """As xarray groups an unindexed categorical: by its categories, not sorted by name."""
+    levels = ["lo", "mid", "hi"]
+    level = pd.Categorical(np.array(levels)[np.arange(30) % 3], categories=levels, ordered=True)
+    dense = random_dense(np.random.default_rng(8), (30, 4), 0.5)
+    written = xr.DataArray(
+        sparse.COO.from_numpy(dense), dims=("cell", "gene"), coords={"level": ("cell", level)}
+    )
+    sd.to_sporadik(written, tmp_path / "s.zarr")
+    counts = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks=chunks)["s"]
+    plain = xr.DataArray(dense, dims=("cell", "gene"), coords={"level": ("cell", level)})
+    got = counts.groupby("level").sum().compute()
+    assert list(got.level.values) == list(plain.groupby("level").sum().level.values) == levels
+    np.testing.assert_allclose(got.values, [dense[level == k].sum(0) for k in levels], 1e-5)
+    assert counts.sel(level="hi").shape == (10, 4)

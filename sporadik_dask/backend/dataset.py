@@ -65,8 +65,20 @@ def open_store_dataset(
     dataset = xr.Dataset(variables, coords=coords)
     for key, coord in coords.items():
         if coord.dims != (key,) and isinstance(coord.dtype, pd.CategoricalDtype):
-            dataset = dataset.set_xindex(key)
+            dataset = dataset.assign_coords(_categorical_index(key, coord))
     return dataset
+
+
+def _categorical_index(key: str, coord: xr.Variable) -> xr.Coordinates:
+    """``coord`` with a pandas index that keeps its categories: ``set_xindex`` would make an
+    object index, and groups would come in sorted order, not the categories' own."""
+    from xarray.indexes import PandasIndex
+
+    (dim,) = coord.dims
+    values = pd.Categorical(coord.to_index_variable().to_index())
+    index = PandasIndex(pd.CategoricalIndex(values, name=key), dim)
+    variables = index.create_variables()
+    return xr.Coordinates(variables, indexes=dict.fromkeys(variables, index))
 
 
 def _default_name(store: StoreLike) -> str:
