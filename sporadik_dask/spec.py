@@ -198,10 +198,12 @@ def parse_block(attributes: Mapping[str, Any], where: str) -> Block:
     """
     block = attributes.get(BLOCK_KEY)
     if not isinstance(block, Mapping):
+        found = "" if block is None else f" (found a {type(block).__name__})"
         raise IncompleteError(
-            f"{where} carries no {BLOCK_KEY!r} block (found {type(block).__name__}), so it is not "
-            "a finished sparse store: the block is written last, and without it missing chunks "
-            "would read as zeros. Write the store again, or check this is the prefix you meant."
+            f"{where} carries no {BLOCK_KEY!r} block{found}, so it is not a finished sparse "
+            "store (a write still running, or one that never ended): the block is written last, "
+            "and without it missing chunks would read as zeros. Write the store again, or check "
+            "this is the prefix you meant."
         )
     spec = block.get("spec")
     if not isinstance(spec, str) or spec not in SUPPORTED_SPECS:
