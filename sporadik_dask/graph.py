@@ -482,10 +482,28 @@ def _the_block(results: Any) -> Any:
     return results
 
 
+#: Names of the one-block arrays whose block a task makes afresh at every compute.
+FRESH_PREFIX = "sporadik-fresh-"
+
+
 def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
     """A delayed result as a dask array of one block, of ``meta``'s type and dtype."""
-    array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta)
+    name = f"{FRESH_PREFIX}{tokenize(result.key, shape, meta.dtype, type(meta))}"
+    array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta, name=name)
     return FreshResult(array.dask, array.name, array.chunks, meta=array._meta)  # type: ignore[no-untyped-call]
+
+
+def as_fresh(x: Any) -> Any:
+    """``x`` as a :class:`FreshResult` when it is a plain dask array of a block made afresh
+    (xarray holds plain dask arrays only), else ``x``: a persisted one holds its block, which
+    dask then copies as it should."""
+    from dask.core import istask
+
+    if type(x) is not da.Array or not str(x.name).startswith(FRESH_PREFIX) or x.npartitions != 1:
+        return x
+    if not istask(x.dask[(x.name,) + (0,) * x.ndim]):
+        return x  # persisted: the block is data held by the graph or a worker
+    return FreshResult(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
 
 
 def blockwise_reduction(

@@ -340,3 +340,45 @@ def test_groups_of_a_stored_categorical_come_in_its_categories_order(
     assert list(got.level.values) == list(plain.groupby("level").sum().level.values) == levels
     np.testing.assert_allclose(got.values, [dense[level == k].sum(0) for k in levels], 1e-5)
     assert counts.sel(level="hi").shape == (10, 4)
+
+
+def test_a_chunked_grouped_sum_comes_back_through_xarray_as_the_block_its_task_made(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """xarray holds the result as a plain dask array, whose one block dask would deep-copy on
+    the way out (``COO.copy``, 0.08 s for 68 M values in warm memory, 2.7 s in fresh pages):
+    through xarray's compute no copy is made, each compute makes the block afresh, and a
+    persisted one is copied as dask copies."""
+    import sys
+
+    import dask
+
+    path, dense = store
+    counts = xr.open_dataset(path, engine="sporadik", chunks={})["s"]
+    labels = np.arange(dense.shape[0]) % 7
+    with dask.config.set({"sporadik.dense-result-cells": 0}):
+        summed = counts.assign_coords(kind=("cell", labels)).groupby("kind").sum()
+    assert type(summed.data) is da.Array
+    expected = np.stack([dense[labels == k].sum(axis=0) for k in range(7)])
+    copies: list[int] = []
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is sparse.COO.copy.__code__:
+            copies.append(1)
+
+    with dask.config.set(scheduler="sync"):  # every task in this thread, where the watch is
+        sys.setprofile(watch)
+        try:
+            first = summed.compute()
+            first.data.data[:] = -1  # the user's own array
+            again = summed.compute()
+            uncopied = len(copies)
+            kept = summed.persist()
+            changed = kept.compute()
+        finally:
+            sys.setprofile(None)
+    assert uncopied == 0 and len(copies) >= 1, (uncopied, len(copies))
+    assert again.data is not first.data
+    np.testing.assert_allclose(again.data.todense(), expected, rtol=1e-5)
+    changed.data.data[:] = -1
+    np.testing.assert_allclose(kept.compute().data.todense(), expected, rtol=1e-5)

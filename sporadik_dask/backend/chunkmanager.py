@@ -58,6 +58,21 @@ def keep_dask_chunks_sparse() -> None:
     if manager is None or getattr(manager.from_array, "keeps_sporadik_sparse", False):
         return
     manager.from_array = _keeping_sparse(manager.from_array)  # type: ignore[method-assign]
+    manager.compute = _computing_fresh(manager.compute)  # type: ignore[method-assign]
+
+
+def _computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
+    """xarray's compute of dask arrays, each block a reduction of ours made afresh handed back
+    uncopied (:class:`~sporadik_dask.graph.FreshResult`): a variable holds it as a plain dask
+    array (:func:`plain_dask_array`), whose one block dask would deep-copy on the way out."""
+
+    @functools.wraps(compute)
+    def compute_fresh(*data: Any, **kwargs: Any) -> Any:
+        from sporadik_dask.graph import as_fresh
+
+        return compute(*(as_fresh(x) for x in data), **kwargs)
+
+    return compute_fresh
 
 
 def _keeping_sparse(from_array: Callable[..., Any]) -> Callable[..., Any]:
