@@ -19,7 +19,7 @@ from typing import Any
 from zarr.storage import StorePath
 
 from sporadik_dask.errors import StoreExistsError
-from sporadik_dask.labels import LABELS_KEY
+from sporadik_dask.labels import COORDS_GROUP, LABELS_KEY
 from sporadik_dask.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.storage import StoreLike, location_of, run
 from sporadik_dask.zarr_adapter import resolve_store_path
@@ -147,7 +147,8 @@ def check_target(
     1. A location equal to an input, inside one, or holding one is refused: replacing it
        deletes what is being read, before it is read.
     2. Nothing there, or an empty directory: the write goes ahead.
-    3. A sporadik store (complete or torn): replaced only with ``overwrite=True``; a local
+    3. A sporadik store (complete or torn): replaced only with ``overwrite=True``, and never
+       one holding anything of its own beside its documents, layouts and coordinates; a local
        location inside one is refused.
     4. Anything else (a file, an AnnData store, a directory of other files) is refused, even with
        ``overwrite=True``: the write would delete it, and it is not ours to delete.
@@ -171,6 +172,15 @@ def check_target(
             f"{location} already holds something other than a sporadik store ({_what(target)}); "
             "it is never replaced, even with overwrite=True, since the write would delete it. "
             "Choose a path that does not exist yet or an empty directory."
+        )
+    foreign = [e for e in target.entries if e not in {"zarr.json", LAYOUTS_GROUP, COORDS_GROUP}]
+    if foreign:
+        shown = ", ".join(repr(name) for name in foreign[:NAMED_ENTRIES])
+        more = f" and {len(foreign) - NAMED_ENTRIES} more" if len(foreign) > NAMED_ENTRIES else ""
+        raise StoreExistsError(
+            f"{location} holds a sporadik store and other things beside it ({shown}{more}); "
+            "replacing the store would delete them too, even with overwrite=True. Move them "
+            "out of the store, or write to another path."
         )
     if not overwrite:
         what = (

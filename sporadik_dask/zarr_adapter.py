@@ -96,12 +96,14 @@ async def make_writable_store_path(
     (unlike opening a group with ``mode="w"``) deletes nothing there.
 
     A local path's store is left unopened, as opening makes its directory: the first write
-    through it makes the directory, not the planning of a write that may never run.
+    through it makes the directory, not the planning of a write that may never run. Its path
+    is resolved: through a symbolic link, the store replaced is the one the link names (zarr
+    cannot delete a link's contents, and a store left half-replaced would be lost).
     """
     import os
 
     from zarr.storage import LocalStore
 
     if isinstance(store, (str, os.PathLike)) and "://" not in os.fspath(store):
-        return StorePath(LocalStore(os.fspath(store), read_only=False), "")
+        return StorePath(LocalStore(os.path.realpath(store), read_only=False), "")
     return await make_store_path(store, mode="a", storage_options=storage_options)

@@ -689,3 +689,31 @@ def test_a_table_of_positions_and_names_takes_none_for_the_axis_of_names(tmp_pat
 def test_the_synthetic_inputs_are_an_attribute_of_the_package() -> None:
     x = sd.synthetic.counts_matrix(cells=20, genes=5, density=0.5, rows_per_chunk=10)
     assert x.shape == (20, 5)
+
+
+def test_an_overwrite_through_a_symbolic_link_replaces_the_store_it_names(tmp_path: Path) -> None:
+    real, link = tmp_path / "real.zarr", tmp_path / "link.zarr"
+    sd.to_sporadik(np.eye(5), real)
+    link.symlink_to(real)
+    new = random_dense(np.random.default_rng(49), (7, 6), 0.4)
+    assert sd.to_sporadik(new, link, overwrite=True).shape == (7, 6)
+    assert link.is_symlink()
+    np.testing.assert_array_equal(read_back(real), new)
+    dangling = tmp_path / "dangling.zarr"
+    dangling.symlink_to(tmp_path / "nowhere.zarr")
+    sd.to_sporadik(np.eye(3), dangling)
+    np.testing.assert_array_equal(read_back(tmp_path / "nowhere.zarr"), np.eye(3))
+
+
+def test_a_store_holding_other_things_is_never_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(np.eye(5), path)
+    (path / "README.txt").write_text("mine")
+    (path / "plots").mkdir()
+    before = layout_files(path)
+    for overwrite in (False, True):
+        with pytest.raises(sd.StoreExistsError, match=r"other things beside it \('README.txt'"):
+            sd.to_sporadik(np.eye(6), path, overwrite=overwrite)
+    assert (path / "README.txt").read_text() == "mine" and (path / "plots").is_dir()
+    assert layout_files(path) == before
+    np.testing.assert_array_equal(read_back(path), np.eye(5))
