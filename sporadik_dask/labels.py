@@ -280,13 +280,17 @@ def _write_array(
     if kind in "Mm":  # zarr's datetime dtypes are extensions other readers may refuse
         attributes = {**attributes, TIME_DTYPE_KEY: values.dtype.str}
         values = values.view(np.int64)
-    if kind in "UOT":  # variable-length UTF-8: the string dtype with a spec
-        array = group.create_array(
-            name, shape=values.shape, dtype=str, dimension_names=dims, attributes=attributes
-        )
-        array[...] = values.astype(str)
-    else:
-        group.create_array(name, data=values, dimension_names=dims, attributes=attributes)
+    import zarr
+
+    # every chunk has an object, zeros included, so validation can tell a lost one
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        if kind in "UOT":  # variable-length UTF-8: the string dtype with a spec
+            array = group.create_array(
+                name, shape=values.shape, dtype=str, dimension_names=dims, attributes=attributes
+            )
+            array[...] = values.astype(str)
+        else:
+            group.create_array(name, data=values, dimension_names=dims, attributes=attributes)
 
 
 def read_labels(root: AsyncGroup, rank: int, location: str) -> Labels:

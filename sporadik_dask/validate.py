@@ -22,13 +22,13 @@ import zarr
 
 from sporadik_dask.budgets import CHUNKS_AT_ONCE
 from sporadik_dask.chunks import read_chunks
-from sporadik_dask.describe import LayoutDescription, StoreDescription, open_store
+from sporadik_dask.describe import LayoutDescription, OpenedStore, StoreDescription, open_store
 from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, LayoutError, SporadikError
 from sporadik_dask.spec import MAXIMA, check_indices, check_indptr
 from sporadik_dask.storage import StoreLike, run
 from sporadik_dask.zarr_adapter import chunk_key
 
-__all__ = ["Absent", "validate", "validate_layout"]
+__all__ = ["Absent", "validate", "validate_coords", "validate_layout"]
 
 #: What :func:`validate` does about an absent chunk the layout does not prove to be zeros.
 Absent = Literal["error", "warn"]
@@ -194,4 +194,48 @@ def validate(
     description = opened.description
     for layout in description.layouts.values():
         validate_layout(opened.layout_arrays(layout), layout, description.location, absent)
+    validate_coords(opened, absent)
     return description
+
+
+def validate_coords(opened: OpenedStore, absent: Absent) -> None:
+    """Decode every coordinate the labels name, and refuse (or warn of) absent chunk objects.
+
+    A coordinate's absent chunk reads as zeros (or empty names) and its cells come back with
+    labels nobody stored; the writer stores every chunk of a coordinate, zeros included.
+    """
+    from sporadik_dask.labels import COORDS_GROUP, read_labels
+
+    description, root = opened.description, opened.group
+    where = description.location
+    try:
+        read_labels(opened.root, description.rank, where)
+    except SporadikError:
+        raise
+    except Exception as failed:  # a cut chunk, categories that do not decode
+        raise LayoutError(
+            f"The coordinates of {where} cannot be read ({type(failed).__name__}: {failed}); "
+            "xarray would refuse to open the store, or give wrong labels. Write the store again "
+            "from its source."
+        ) from failed
+    if COORDS_GROUP not in root:
+        return
+    coords = root[COORDS_GROUP]
+    assert isinstance(coords, zarr.Group)  # read just now
+    lost = {
+        f"{COORDS_GROUP}/{path}": ids
+        for path, node in coords.members(max_depth=None)
+        if isinstance(node, zarr.Array) and (ids := run(absent_chunks(node)))
+    }
+    if not lost:
+        return
+    found = "; ".join(f"{len(ids)} of {name!r} (ids {ids[:10]})" for name, ids in lost.items())
+    message = (
+        f"Coordinates of {where}: chunks {found} have no object and read as zeros or empty "
+        "names, labels nobody stored. If the store was copied or synced, copy it again from "
+        "its source (a store written before every coordinate chunk was stored may lack chunks "
+        "of zeros: absent='warn')."
+    )
+    if absent == "error":
+        raise AbsentChunkError(message)
+    warnings.warn(message, AbsentChunkWarning, stacklevel=3)

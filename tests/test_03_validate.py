@@ -119,3 +119,38 @@ def test_maxima_that_disagree_with_the_values_fail_validate(tmp_path: Path) -> N
         sd.LayoutError, match=r"maxima disagree with the values at 1 positions \(7\)"
     ):
         sd.validate(path)
+
+
+def _labelled_store(path: Path) -> None:
+    import pandas as pd
+    import sparse
+    import xarray as xr
+
+    n = 70_000  # two chunks of each coordinate
+    kinds = pd.Categorical(np.array(["b", "a"])[np.arange(n) % 2])
+    counts = xr.DataArray(
+        sparse.COO.from_numpy(np.eye(n, 3, dtype=np.float32)),
+        dims=("cell", "gene"),
+        coords={"batch": ("cell", np.zeros(n, np.int64)), "kind": ("cell", kinds)},
+    )
+    sd.to_sporadik(counts, path)
+
+
+def test_a_coordinate_of_zeros_keeps_every_chunk_and_validates(tmp_path: Path) -> None:
+    _labelled_store(tmp_path / "s.zarr")
+    assert sorted(p.name for p in (tmp_path / "s.zarr/coords/batch/c").iterdir()) == ["0", "1"]
+    sd.validate(tmp_path / "s.zarr")
+
+
+def test_a_lost_coordinate_chunk_is_refused_and_a_cut_one_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.zarr"
+    _labelled_store(path)
+    (path / "coords/batch/c/1").unlink()
+    with pytest.raises(sd.AbsentChunkError, match=r"1 of 'coords/batch' \(ids \[1\]\)"):
+        sd.validate(path)
+    with pytest.warns(sd.AbsentChunkWarning, match="coords/batch"):
+        sd.validate(path, absent="warn")
+    with open(path / "coords/kind/codes/c/0", "r+b") as cut:
+        cut.truncate(10)
+    with pytest.raises(sd.LayoutError, match="coordinates of .* cannot be read"):
+        sd.validate(path, absent="warn")
