@@ -587,6 +587,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporadik-dask: {_in_flags(_one_line(error))}", file=sys.stderr)
         return 2
     except Exception as error:
+        if isinstance(error, _damaged_input_errors()) and getattr(args, "input", None):
+            print(
+                f"sporadik-dask: {args.input} cannot be read ({_one_line(error)}); a truncated "
+                "or damaged file looks like this. Copy or write it again.",
+                file=sys.stderr,
+            )
+            return 2
         if not isinstance(error, _object_store_errors()):
             raise
         print(
@@ -596,6 +603,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     return int(status)
+
+
+def _damaged_input_errors() -> tuple[type[BaseException], ...]:
+    """What the readers of input files raise on a file cut short or damaged: a zip archive's
+    (``.npz``), and Arrow's (Parquet, CSV) when it is loaded."""
+    import zipfile
+
+    arrow = sys.modules.get("pyarrow.lib")
+    return (zipfile.BadZipFile, *([arrow.ArrowInvalid] if arrow is not None else []))
 
 
 def _object_store_errors() -> tuple[type[BaseException], ...]:

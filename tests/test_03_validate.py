@@ -152,5 +152,5 @@ def test_a_lost_coordinate_chunk_is_refused_and_a_cut_one_named(tmp_path: Path) 
         sd.validate(path, absent="warn")
     with open(path / "coords/kind/codes/c/0", "r+b") as cut:
         cut.truncate(10)
-    with pytest.raises(sd.LayoutError, match="coordinates of .* cannot be read"):
+    with pytest.raises(sd.LayoutError, match=r"coordinates of .* cannot be read"):
         sd.validate(path, absent="warn")

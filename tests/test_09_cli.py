@@ -267,6 +267,22 @@ def _truncated_h5ad(tmp_path: Path) -> list[str]:
     return [str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr")]
 
 
+def _truncated(tmp_path: Path, name: str) -> list[str]:
+    """A scipy .npz or a Parquet table, cut to half its bytes, and an output path."""
+    import pandas as pd
+    import scipy.sparse
+
+    path = tmp_path / name
+    if name.endswith(".npz"):
+        scipy.sparse.save_npz(path, scipy.sparse.random(400, 300, density=0.1, format="csr"))
+    else:
+        table = pd.DataFrame({"cell": [f"c{i % 97}" for i in range(5_000)], "gene": "g"})
+        table.to_parquet(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    columns = [] if name.endswith(".npz") else ["--columns", "cell", "gene"]
+    return [str(path), str(tmp_path / "out.zarr"), *columns]
+
+
 def _table(tmp_path: Path, text: str) -> str:
     (tmp_path / "t.csv").write_text(text)
     return str(tmp_path / "t.csv")
@@ -274,6 +290,14 @@ def _table(tmp_path: Path, text: str) -> str:
 
 MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "a truncated .h5ad": (_truncated_h5ad, r"in\.h5ad cannot be opened as HDF5 \(.*truncated"),
+    "a truncated .npz": (
+        lambda p: _truncated(p, "in.npz"),
+        r"in\.npz cannot be read \(BadZipFile: .*\); a truncated or damaged file",
+    ),
+    "a truncated Parquet table": (
+        lambda p: _truncated(p, "in.parquet"),
+        r"in\.parquet cannot be read \(ArrowInvalid: .*\); a truncated or damaged file",
+    ),
     "a misspelled --columns": (
         lambda p: [_table(p, "cell,gene\nc1,g1\n"), str(p / "o.zarr"), "--columns", "cell", "gen"],
         r"t\.csv has no column 'gen'; it has 'cell', 'gene'",
