@@ -312,7 +312,7 @@ def _convert(args: argparse.Namespace) -> None:
                 )
                 description = progress(write)
         else:
-            check_target(
+            target = check_target(
                 args.output, overwrite=args.overwrite, storage_options=options, inputs=[args.input]
             )
             with _staging(args) as staging:
@@ -327,7 +327,12 @@ def _convert(args: argparse.Namespace) -> None:
                     compute=False,
                     storage_options=options,
                 )
-                description = progress(write)
+                try:
+                    description = progress(write)
+                except BaseException:
+                    if target.empty:  # nothing was there: leave nothing, not a torn store
+                        write.discard()
+                    raise
     assert isinstance(description, StoreDescription)
     _say(
         args.quiet,

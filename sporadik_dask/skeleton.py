@@ -32,7 +32,7 @@ from sporadik_dask.storage import open_group, run
 from sporadik_dask.targets import WRITING_KEY, check_target
 from sporadik_dask.zarr_adapter import buffer_prototype, make_writable_store_path
 
-__all__ = ["Skeleton", "commit_block", "lay_out", "skeleton_of"]
+__all__ = ["Skeleton", "commit_block", "discard", "lay_out", "skeleton_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +145,16 @@ def commit_block(store: Any, block: Block, location: str, token: str | None) -> 
             "then write it again."
         )
     root.attrs.put({**attributes, BLOCK_KEY: block.to_json()})
+
+
+def discard(store: Any, token: str) -> bool:
+    """Delete the store at the root of ``store`` when its root still names the write ``token``:
+    laid out by that write, which never committed. Anything else is left as it is."""
+    try:
+        root = zarr.open_group(store, mode="r", zarr_format=3)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        return False
+    if root.attrs.get(WRITING_KEY) != token:
+        return False
+    run(StorePath(root.store.with_read_only(False), "").delete_dir())
+    return True

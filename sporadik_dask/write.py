@@ -26,7 +26,7 @@ from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
-from sporadik_dask.skeleton import Skeleton, commit_block, skeleton_of
+from sporadik_dask.skeleton import Skeleton, commit_block, discard, skeleton_of
 from sporadik_dask.sources import Source, source_of, source_of_layout
 from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
@@ -143,6 +143,18 @@ class StoreWrite(DaskMethodsMixin):
                 "w.commit(client.compute(w.written()).result())."
             )
         return _commit(None, self._store, self._block, self._location, self._spill, self._token)
+
+    def discard(self) -> bool:
+        """Delete the store this write laid out, if it did and never committed; whether it did.
+
+        For a write that failed or was interrupted where nothing was before: its first task
+        may have laid the store out, which then refuses to open (no block) and is refused as a
+        target without ``overwrite=True``. A store another write has laid out since, or one
+        committed, is left alone.
+        """
+        if self._token is None:  # a layout added to a finished store: never ours to delete
+            return False
+        return discard(self._store, self._token)
 
     def futures(self, client: Any) -> list[Any]:
         """Submit every chunk write to a ``distributed.Client``: one future per write, for

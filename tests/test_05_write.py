@@ -717,3 +717,22 @@ def test_a_store_holding_other_things_is_never_replaced(tmp_path: Path) -> None:
     assert (path / "README.txt").read_text() == "mine" and (path / "plots").is_dir()
     assert layout_files(path) == before
     np.testing.assert_array_equal(read_back(path), np.eye(5))
+
+
+def test_discard_removes_only_what_the_write_laid_out_and_never_committed(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(50), (40, 30), 0.2)
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(_dask_sparse(dense, (20, 15)), path, chunk=16, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    assert not write.discard()  # nothing laid out yet
+    dask.get(write.__dask_graph__(), write.__dask_keys__()[:1])  # laid out, one chunk written
+    assert path.exists() and write.discard() and not path.exists()
+    write.compute()
+    assert not write.discard()  # committed: the store stays
+    np.testing.assert_array_equal(read_back(path), dense)
+    other = sd.to_sporadik(2 * _dask_sparse(dense, (20, 15)), path, overwrite=True, compute=False)
+    assert isinstance(other, sd.StoreWrite)
+    dask.get(other.__dask_graph__(), other.__dask_keys__()[:1])
+    assert not write.discard() and path.exists()  # another write's store
