@@ -171,6 +171,15 @@ async def absent_chunks(array: Any) -> list[int]:
     ]
 
 
+async def _absent_coordinate_chunks(array: Any) -> list[int]:
+    """:func:`absent_chunks` of a coordinate, which may be a scalar (one chunk, id 0)."""
+    if array.ndim:
+        return await absent_chunks(array)
+    store, path = array.store_path.store, array.store_path.path
+    key = array.metadata.encode_chunk_key(())
+    return [] if await store.exists(f"{path}/{key}" if path else key) else [0]
+
+
 def _chunks(array: Any, length: int, start: int, stop: int | None) -> list[Any]:
     """Decoded chunks of ``array`` covering elements ``[start, stop)`` (to the end if None)."""
     chunk = int(array.chunks[0])
@@ -209,7 +218,7 @@ def validate_coords(opened: OpenedStore, absent: Absent) -> None:
     description, root = opened.description, opened.group
     where = description.location
     try:
-        read_labels(opened.root, description.rank, where)
+        labels = read_labels(opened.root, description.rank, where)
     except SporadikError:
         raise
     except Exception as failed:  # a cut chunk, categories that do not decode
@@ -218,14 +227,14 @@ def validate_coords(opened: OpenedStore, absent: Absent) -> None:
             "xarray would refuse to open the store, or give wrong labels. Write the store again "
             "from its source."
         ) from failed
-    if COORDS_GROUP not in root:
+    if not labels.coords:
         return
     coords = root[COORDS_GROUP]
     assert isinstance(coords, zarr.Group)  # read just now
     lost = {
         f"{COORDS_GROUP}/{path}": ids
         for path, node in coords.members(max_depth=None)
-        if isinstance(node, zarr.Array) and (ids := run(absent_chunks(node)))
+        if isinstance(node, zarr.Array) and (ids := run(_absent_coordinate_chunks(node)))
     }
     if not lost:
         return
