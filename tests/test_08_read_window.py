@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import sparse
+import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.storage import LocalStore
@@ -172,3 +173,29 @@ def test_a_selection_of_gcxs_blocks_reads_coo_blocks_with_coo_meta(tmp_path: Pat
     result = picked.compute()
     assert isinstance(result, sparse.COO)
     np.testing.assert_array_equal(result.todense(), dense[::-2][:, [7, 1]])
+
+
+def test_pointwise_keys_of_a_chunked_variable_and_of_from_sporadik_are_reads(
+    tmp_path: Path,
+) -> None:
+    """dask's own vindex of sparse blocks fails in sparse (an item assignment into a COO, or an
+    overflow of a uint8 position); each of these reads the cells' runs instead."""
+    dense = random_dense(np.random.default_rng(11), (300, 40), 0.2)
+    sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=64)
+    rng = np.random.default_rng(12)
+    rows, columns = rng.integers(-300, 300, (5, 60)), rng.integers(0, 40, (5, 60))
+    x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(100, 40))
+    picked = x.vindex[rows, columns]
+    assert picked.shape == (5, 60)
+    np.testing.assert_array_equal(picked.compute().todense(), dense[rows, columns])
+    ds = open_dataset(tmp_path / "s.zarr", chunks={})
+    variable = ds[next(iter(ds.data_vars))]
+    along = {
+        "dim_0": xr.DataArray(rows, dims=("a", "b")),
+        "dim_1": xr.DataArray(columns, dims=("a", "b")),
+    }
+    got = variable.isel(along)
+    assert type(got.data) is da.Array
+    np.testing.assert_array_equal(got.compute().data.todense(), dense[rows, columns])
+    with pytest.raises(IndexError):
+        x.vindex[np.array([300]), np.array([0])].compute()

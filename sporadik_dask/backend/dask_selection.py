@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sporadik_dask.backend.chunkmanager import plain_dask_array
-from sporadik_dask.read.window import select
+from sporadik_dask.read.window import select, select_points
 
 __all__ = ["install_dask_selection"]
 
@@ -29,6 +29,16 @@ def install_dask_selection() -> None:
     adapter: Any = DaskIndexingAdapter
     adapter._oindex_get = _rereading(adapter._oindex_get)  # outer keys: lists, arrays
     adapter.__getitem__ = _rereading(adapter.__getitem__)  # basic keys: stepped slices
+    adapter._vindex_get = _reading_points(adapter._vindex_get)  # pointwise keys
+
+
+def _reading_points(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _vindex_get(self: Any, indexer: Any) -> Any:
+        read = select_points(self.array, indexer.tuple)
+        return original(self, indexer) if read is None else read
+
+    return _vindex_get
 
 
 def _rereading(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -19,7 +19,15 @@ import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["READ_PREFIX", "READ_PREFIXES", "SporadikArray", "StoreWindow", "reader_of", "select"]
+__all__ = [
+    "READ_PREFIX",
+    "READ_PREFIXES",
+    "SporadikArray",
+    "StoreWindow",
+    "reader_of",
+    "select",
+    "select_points",
+]
 
 #: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
 READ_PREFIX = "sporadik-read-"
@@ -94,6 +102,12 @@ class SporadikArray(da.Array):
         if routed.expand is not None:
             selected = selected[routed.expand]
         return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+
+    def _vindex(self, key: Any) -> Any:
+        """``x.vindex[key]``: integer arrays, one per axis, are a read of those cells
+        (:func:`select_points`); every other key is dask's."""
+        points = select_points(self, key if isinstance(key, tuple) else (key,))
+        return super()._vindex(key) if points is None else points  # type: ignore[no-untyped-call]
 
     def __reduce__(self) -> Any:
         return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
@@ -232,6 +246,33 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
             window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
         )
     )
+
+
+def select_points(x: Any, key: tuple[Any, ...]) -> Any:
+    """``x.vindex[key]`` (one integer array per axis, broadcast together) as one block read by
+    :meth:`~sporadik_dask.read.StoreReader.read_points`, or None to leave it to dask.
+
+    Taken only for a plain read of a whole store: dask's own pointwise indexing of sparse blocks
+    fails in ``sparse`` 0.19 (it assigns into a ``COO``, or overflows the small integer dtype
+    of its position arrays), where the reader reads each point's runs once.
+    """
+    import dask
+    import sparse
+    from dask.base import tokenize
+
+    from sporadik_dask.read.reader import StoreReader
+
+    source = reader_of(x)
+    if not isinstance(source, StoreReader) or len(key) != x.ndim:
+        return None
+    parts = [np.asarray(part) for part in key]
+    if not all(part.dtype.kind in "iu" for part in parts):
+        return None
+    shape = np.broadcast_shapes(*(part.shape for part in parts))
+    meta = sparse.COO.from_numpy(np.zeros((0,) * len(shape), dtype=x.dtype))
+    name = f"sporadik-points-{tokenize(source, parts)}"
+    read = dask.delayed(source.read_points, pure=True)(tuple(parts), dask_key_name=name)
+    return da.from_delayed(read, shape, dtype=x.dtype, meta=meta)
 
 
 def _not_fused(part: Any) -> bool:
