@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.budgets import BATCH_VALUES, SPARSE_BATCH_CELLS
+from sporadik_dask.budgets import BATCH_VALUES, DENSE_PARTIALS_BYTES, SPARSE_BATCH_CELLS
 from sporadik_dask.kernels import (
     Regions,
     add_runs,
@@ -940,14 +940,22 @@ def reduce_store_dask(
     dense: bool = True,
 ) -> Any:
     """:func:`reduce_store` as a dask array: one task per span of the layout's positions (about
-    equal in values), their fields added in a tree, so every worker reads its own runs. Spans of
-    a sparse sum or mean that keeps the layout's axis ungrouped share no output cell: each
-    span's finished cells are laid into the result once (:func:`place_spans`), not merged."""
+    equal in values), their fields added in a tree, so every worker reads its own runs; for a
+    dense result, no more spans than ``sporadik.dense-partials-bytes`` of their fields hold.
+    Spans of a sparse sum or mean that keeps the layout's axis ungrouped share no output cell:
+    each span's finished cells are laid into the result once (:func:`place_spans`), not
+    merged."""
     from sporadik_dask.graph import store_reduction
     from sporadik_dask.plan import partition_bounds
 
     layout = _layout_for(reader, target, dense)
     layout.check_whole_read(reader.location)
+    if dense:  # each span's fields fill the whole result, and their merge holds all of them
+        import dask
+
+        budget = int(dask.config.get("sporadik.dense-partials-bytes", DENSE_PARTIALS_BYTES))
+        partial = math.prod(target.out_shape) * 8 * len(_needs(op))
+        spans = min(spans, max(1, budget // max(partial, 1)))
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))

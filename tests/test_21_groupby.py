@@ -382,3 +382,27 @@ def test_a_chunked_grouped_sum_comes_back_through_xarray_as_the_block_its_task_m
     np.testing.assert_allclose(again.data.todense(), expected, rtol=1e-5)
     changed.data.data[:] = -1
     np.testing.assert_allclose(kept.compute().data.todense(), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [1, 2**30])
+def test_a_chunked_dense_grouping_holds_no_more_partial_results_than_its_budget(
+    tmp_path: Path, budget: int
+) -> None:
+    """Each span of a dense grouped reduction fills fields of the whole result, and their merge
+    holds every span's: past ``sporadik.dense-partials-bytes`` the spans are fewer (one pass at
+    the least), with the same values."""
+    import dask
+
+    dense = random_dense(np.random.default_rng(13), (400, 30), 0.3, np.float32)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
+    counts = xr.open_dataset(path, engine="sporadik", chunks={"cell": 50})["s"]
+    labels = np.arange(400) % 11
+    with dask.config.set({"sporadik.dense-partials-bytes": budget}):
+        summed = counts.assign_coords(kind=("cell", labels)).groupby("kind").mean()
+    graph = dict(summed.data.dask)
+    spans = [k for k in graph if isinstance(k, tuple) and str(k[0]).startswith("sporadik-mean")]
+    spans = [k for k in spans if len(k) == 3 and k[1] == 0]  # (name, depth, span)
+    assert (len(spans) == 1) == (budget == 1), spans
+    expected = np.stack([dense[labels == k].mean(axis=0) for k in range(11)])
+    np.testing.assert_allclose(summed.compute().values, expected, rtol=1e-5)
