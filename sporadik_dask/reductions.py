@@ -39,7 +39,16 @@ from sporadik_dask.kernels import (
 )
 from sporadik_dask.spec import check_indices
 
-__all__ = ["OPS", "Op", "fields_of", "finish", "merge", "result_dtype"]
+__all__ = [
+    "DENSE_RESULT_CELLS",
+    "OPS",
+    "Op",
+    "dense_result",
+    "fields_of",
+    "finish",
+    "merge",
+    "result_dtype",
+]
 
 Op = Literal["sum", "mean", "max", "min", "count", "var", "std"]
 #: The reductions computed here; anything else takes xarray's own path.
@@ -416,6 +425,22 @@ def finish_fields(
         return finish_sparse(op, fields, target, dtype, skipna=skipna)
     result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
     return result.reshape(target.out_shape)
+
+
+#: Output cells a dense result may hold (2 GiB of float64), unless ``dask.config``
+#: ``sporadik.dense-result-cells`` says otherwise; past it a sum or a mean comes back as a
+#: ``sparse.COO`` holding the cells some value lands in, and other reductions are not computed
+#: here.
+DENSE_RESULT_CELLS = 2**28
+
+
+def dense_result(target: Target, op: str) -> bool | None:
+    """Whether the result is dense, sparse (False), or not computed here (None)."""
+    import dask
+
+    if target.size <= int(dask.config.get("sporadik.dense-result-cells", DENSE_RESULT_CELLS)):
+        return True
+    return False if op in SPARSE_OPS else None
 
 
 def supported(op: str, dtype: np.dtype[Any]) -> bool:

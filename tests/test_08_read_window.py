@@ -199,3 +199,32 @@ def test_pointwise_keys_of_a_chunked_variable_and_of_from_sporadik_are_reads(
     np.testing.assert_array_equal(got.compute().data.todense(), dense[rows, columns])
     with pytest.raises(IndexError):
         x.vindex[np.array([300]), np.array([0])].compute()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32])
+def test_reductions_of_from_sporadik_along_some_axes_are_one_pass_with_numpys_values(
+    tmp_path: Path, dtype: type
+) -> None:
+    """``sparse``'s own reduction of COO blocks re-sorts every block; along some axes of a
+    whole read these are one pass over a layout's runs, as dask arrays of COO, numpy's dtypes
+    and NaNs."""
+    rng = np.random.default_rng(14)
+    signs = rng.integers(-50, 50, (300, 40))
+    dense: npt.NDArray[Any] = ((rng.random((300, 40)) < 0.2) * signs).astype(dtype)
+    if dtype == np.float64:
+        dense[5, 3] = np.nan
+    sd.to_sporadik(dense, tmp_path / "s.zarr")
+    x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(100, 40))
+    for op in ("sum", "mean", "max", "min"):
+        for axis in (0, 1, (-1,)):
+            got = getattr(x, op)(axis=axis)
+            assert any("sporadik-" + op in str(name) for name in got.dask.layers), (op, axis)
+            computed = got.compute()
+            expected = getattr(dense, op)(axis=axis)
+            assert isinstance(computed, sparse.COO) and computed.dtype == expected.dtype
+            np.testing.assert_allclose(computed.todense(), expected, rtol=1e-6)
+    whole = x.sum()  # the whole array's: dask's own, one pass already
+    assert not any("sporadik-sum" in str(name) for name in whole.dask.layers)
+    np.testing.assert_allclose(dense_of(whole.compute()), dense.sum())
+    kept = x.sum(axis=0, keepdims=True).compute()  # dask's own too
+    np.testing.assert_allclose(dense_of(kept), dense.sum(0, keepdims=True))

@@ -31,22 +31,6 @@ from sporadik_dask.read.window import READ_PREFIXES, reader_of
 
 __all__ = ["install_reductions"]
 
-#: Output cells a dense result may hold (2 GiB of float64), unless ``dask.config``
-#: ``sporadik.dense-result-cells`` says otherwise; past it a sum or a mean comes back as a
-#: ``sparse.COO`` holding the cells some value lands in, and other reductions take xarray's path.
-DENSE_RESULT_CELLS = 2**28
-
-
-def _dense(target: Any, op: str) -> bool | None:
-    """Whether the result is dense, sparse (False), or not computed here (None)."""
-    import dask
-
-    from sporadik_dask.reductions import SPARSE_OPS
-
-    if target.size <= int(dask.config.get("sporadik.dense-result-cells", DENSE_RESULT_CELLS)):
-        return True
-    return False if op in SPARSE_OPS else None
-
 
 def install_reductions() -> None:
     """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
@@ -145,14 +129,14 @@ def _pushed_down(
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Hashable, ...], Any] | None:
     """The reduced dims and data, or None to leave the reduction to xarray."""
-    from sporadik_dask.reductions import Target
+    from sporadik_dask.reductions import Target, dense_result
 
     options = _options(_op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or axes is None:
         return None
     target = Target(tuple(variable.shape), axes)
-    dense = _dense(target, options[0])
+    dense = dense_result(target, options[0])
     if dense is None:
         return None
     data = _pushed_data(variable, target, *options, dense=dense)
@@ -203,7 +187,7 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     """A groupby reduction of a sporadik variable in one pass, or None for xarray's path."""
     from xarray import DataArray
 
-    from sporadik_dask.reductions import Grouping, Target
+    from sporadik_dask.reductions import Grouping, Target, dense_result
 
     kwargs = dict(kwargs)
     func = kwargs.pop("func") if by_name else (args[0] if args else kwargs.pop("func", None))
@@ -237,7 +221,7 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     grouping = Grouping(obj.get_axis_num(grouped_dim), codes, len(groupby.encoded.full_index))
     others = tuple(sorted(obj.get_axis_num(d) for d in dims if d != grouped_dim))
     target = Target(tuple(obj.shape), others, grouping)
-    dense = _dense(target, options[0])
+    dense = dense_result(target, options[0])
     empty = grouping.members() == 0  # groups asked for by name that no position is in
     if dense is None or (empty.any() and not dense):
         return None

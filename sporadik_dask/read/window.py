@@ -13,11 +13,14 @@ here; the xarray backend routes its dask indexing adapter here
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import dask.array as da
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sporadik_dask.reductions import Op
 
 __all__ = [
     "READ_PREFIX",
@@ -25,6 +28,7 @@ __all__ = [
     "SporadikArray",
     "StoreWindow",
     "reader_of",
+    "reduced",
     "select",
     "select_points",
 ]
@@ -102,6 +106,52 @@ class SporadikArray(da.Array):
         if routed.expand is not None:
             selected = selected[routed.expand]
         return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+
+    def sum(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        keepdims: Any = False,
+        split_every: Any = None,
+        out: Any = None,
+    ) -> Any:
+        """dask's ``sum``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
+        pushed = reduced(self, "sum", axis, dtype=dtype, keepdims=keepdims, out=out)
+        if pushed is None:
+            return super().sum(axis, dtype, keepdims, split_every, out)  # type: ignore[no-untyped-call]
+        return pushed
+
+    def mean(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        keepdims: Any = False,
+        split_every: Any = None,
+        out: Any = None,
+    ) -> Any:
+        """dask's ``mean``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
+        pushed = reduced(self, "mean", axis, dtype=dtype, keepdims=keepdims, out=out)
+        if pushed is None:
+            return super().mean(axis, dtype, keepdims, split_every, out)  # type: ignore[no-untyped-call]
+        return pushed
+
+    def max(
+        self, axis: Any = None, keepdims: Any = False, split_every: Any = None, out: Any = None
+    ) -> Any:
+        """dask's ``max``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
+        pushed = reduced(self, "max", axis, keepdims=keepdims, out=out)
+        if pushed is None:
+            return super().max(axis, keepdims, split_every, out)  # type: ignore[no-untyped-call]
+        return pushed
+
+    def min(
+        self, axis: Any = None, keepdims: Any = False, split_every: Any = None, out: Any = None
+    ) -> Any:
+        """dask's ``min``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
+        pushed = reduced(self, "min", axis, keepdims=keepdims, out=out)
+        if pushed is None:
+            return super().min(axis, keepdims, split_every, out)  # type: ignore[no-untyped-call]
+        return pushed
 
     def _vindex(self, key: Any) -> Any:
         """``x.vindex[key]``: integer arrays, one per axis, are a read of those cells
@@ -246,6 +296,48 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
             window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
         )
     )
+
+
+def reduced(
+    x: Any, op: Op, axis: Any, *, dtype: Any = None, keepdims: Any = False, out: Any = None
+) -> Any:
+    """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
+    (:func:`~sporadik_dask.reductions.reduce_store_dask`), a dask array of ``sparse.COO`` as
+    dask's own; or None to leave it to dask.
+
+    ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every
+    block: 5.0 s for a sum per gene of 20.6 M values, where one pass takes 0.4 s. Taken for
+    ``sum``, ``mean``, ``max`` and ``min`` along some axes (not all: the whole array's is one
+    pass of dask's already), with numpy's dtypes and NaNs, and no ``dtype``, ``keepdims`` or
+    ``out``.
+    """
+    import sparse
+
+    from sporadik_dask import reductions
+    from sporadik_dask.read.reader import StoreReader
+
+    source = reader_of(x)
+    if not isinstance(source, StoreReader) or axis is None or dtype is not None or keepdims:
+        return None
+    if out is not None or not reductions.supported(op, np.dtype(x.dtype)):
+        return None
+    try:
+        axes = tuple(sorted({int(a) % x.ndim for a in ((axis,) if np.ndim(axis) == 0 else axis)}))
+    except (TypeError, ValueError):
+        return None
+    if len(axes) == x.ndim:
+        return None
+    target = reductions.Target(tuple(x.shape), axes)
+    dense = reductions.dense_result(target, op)
+    if dense is None:
+        return None
+    result = reductions.reduce_store_dask(
+        source, op, target, math.prod(x.numblocks), skipna=False, dense=dense
+    )
+    if not dense:
+        return result
+    meta = sparse.COO.from_numpy(np.zeros((0,) * result.ndim, dtype=result.dtype))
+    return result.map_blocks(sparse.COO.from_numpy, dtype=result.dtype, meta=meta)
 
 
 def select_points(x: Any, key: tuple[Any, ...]) -> Any:
