@@ -85,6 +85,24 @@ def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
     return positions
 
 
+def _pushed_down(op: Op) -> Any:
+    """dask's ``Array.<op>``, but :func:`reduced` when that computes it."""
+    import functools
+    import inspect
+
+    own = getattr(da.Array, op)
+    signature = inspect.signature(own)
+
+    @functools.wraps(own)
+    def method(self: da.Array, *args: Any, **kwargs: Any) -> Any:
+        given = signature.bind(self, *args, **kwargs).arguments
+        options = {k: given[k] for k in ("dtype", "keepdims", "out") if k in given}
+        pushed = reduced(self, op, given.get("axis"), **options)
+        return own(self, *args, **kwargs) if pushed is None else pushed
+
+    return method
+
+
 class SporadikArray(da.Array):
     """A dask array that is a read of a store, whose stepped slices, lists and masks are reads too.
 
@@ -107,51 +125,11 @@ class SporadikArray(da.Array):
             selected = selected[routed.expand]
         return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
 
-    def sum(
-        self,
-        axis: Any = None,
-        dtype: Any = None,
-        keepdims: Any = False,
-        split_every: Any = None,
-        out: Any = None,
-    ) -> Any:
-        """dask's ``sum``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
-        pushed = reduced(self, "sum", axis, dtype=dtype, keepdims=keepdims, out=out)
-        if pushed is None:
-            return super().sum(axis, dtype, keepdims, split_every, out)  # type: ignore[no-untyped-call]
-        return pushed
-
-    def mean(
-        self,
-        axis: Any = None,
-        dtype: Any = None,
-        keepdims: Any = False,
-        split_every: Any = None,
-        out: Any = None,
-    ) -> Any:
-        """dask's ``mean``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
-        pushed = reduced(self, "mean", axis, dtype=dtype, keepdims=keepdims, out=out)
-        if pushed is None:
-            return super().mean(axis, dtype, keepdims, split_every, out)  # type: ignore[no-untyped-call]
-        return pushed
-
-    def max(
-        self, axis: Any = None, keepdims: Any = False, split_every: Any = None, out: Any = None
-    ) -> Any:
-        """dask's ``max``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
-        pushed = reduced(self, "max", axis, keepdims=keepdims, out=out)
-        if pushed is None:
-            return super().max(axis, keepdims, split_every, out)  # type: ignore[no-untyped-call]
-        return pushed
-
-    def min(
-        self, axis: Any = None, keepdims: Any = False, split_every: Any = None, out: Any = None
-    ) -> Any:
-        """dask's ``min``; along some axes, one pass over a layout's runs (:func:`reduced`)."""
-        pushed = reduced(self, "min", axis, keepdims=keepdims, out=out)
-        if pushed is None:
-            return super().min(axis, keepdims, split_every, out)  # type: ignore[no-untyped-call]
-        return pushed
+    # dask's own, but along some axes of a plain read: one pass over a layout's runs
+    sum = _pushed_down("sum")
+    mean = _pushed_down("mean")
+    max = _pushed_down("max")
+    min = _pushed_down("min")
 
     def _vindex(self, key: Any) -> Any:
         """``x.vindex[key]``: integer arrays, one per axis, are a read of those cells
