@@ -470,11 +470,13 @@ def to_sporadik(
         What two values at one cell mean: ``"sum"`` adds them, as scipy does; ``"refuse"``
         raises before anything is written.
     overwrite
-        Replace an existing sporadik store (finished or torn); its block is removed before
-        anything else is touched. A location holding anything else is never replaced, nor one
-        that is, holds or lies inside a store ``x`` is read from.
+        Replace an existing sporadik store (finished or torn): when the write runs, its block
+        is removed before anything else is touched. A location holding anything else (a store
+        with other files kept in it included) is never replaced, nor one that is, holds or lies
+        inside a store ``x`` is read from, nor a path inside another store.
     compute
-        If False, return a :class:`StoreWrite`; computing it writes, then commits the block.
+        If False, return a :class:`StoreWrite`, having touched nothing at the location; computing
+        it lays the store out, writes, then commits the block.
     partition_bytes
         Memory a sort task may hold; default ``dask.config`` ``sporadik.partition-bytes``. A
         layout's shuffle parts past ``sporadik.spill-bytes`` wait on disk rather than in
