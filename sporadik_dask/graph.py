@@ -183,12 +183,13 @@ def pieces_of_coo(
     return Pieces(HighLevelGraph.from_collections(name, layer, []), tuple(layer))
 
 
-def current_client() -> Any:
-    """The ``distributed.Client`` dask computes on now, or None for a local scheduler."""
+def current_client(get: Any = None) -> Any:
+    """The ``distributed.Client`` whose ``get`` is ``get`` (default: the scheduler dask
+    computes on now), or None for a local scheduler."""
     from dask.base import get_scheduler
 
-    client = getattr(get_scheduler(), "__self__", None)
-    return client if hasattr(client, "scatter") else None
+    client = getattr(get or get_scheduler(), "__self__", None)
+    return client if hasattr(client, "scatter") and hasattr(client, "gather") else None
 
 
 def pieces_of_columns(

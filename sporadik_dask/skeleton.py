@@ -75,7 +75,10 @@ def skeleton_of(
     documents = run(_documents(memory))
     token = tokenize(location, documents, identity)
     root.attrs[WRITING_KEY] = token
-    documents = run(_documents(memory))
+    (first, _), *rest = documents  # the root's document, first, now names the write
+    marked = run(memory.get(first, buffer_prototype()))
+    assert marked is not None  # written just now, in memory
+    documents = ((first, marked.to_bytes()), *rest)
     where = run(make_writable_store_path(store, storage_options=storage_options))
     return Skeleton(where, location, overwrite, documents, token)
 

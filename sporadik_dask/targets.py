@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,9 +114,10 @@ async def _look_async(
     )
 
 
-def _what(target: Target) -> str:
-    shown = ", ".join(repr(name) for name in target.entries[:NAMED_ENTRIES])
-    more = len(target.entries) - NAMED_ENTRIES
+def _named(entries: Sequence[str]) -> str:
+    """The first few of ``entries``, for a message, and how many more there are."""
+    shown = ", ".join(repr(name) for name in entries[:NAMED_ENTRIES])
+    more = len(entries) - NAMED_ENTRIES
     return shown + (f" and {more} more" if more > 0 else "")
 
 
@@ -169,16 +170,15 @@ def check_target(
         return target
     if not target.sporadik:
         raise StoreExistsError(
-            f"{location} already holds something other than a sporadik store ({_what(target)}); "
-            "it is never replaced, even with overwrite=True, since the write would delete it. "
+            f"{location} already holds something other than a sporadik store "
+            f"({_named(target.entries)}); it is never replaced, even with overwrite=True, "
+            "since the write would delete it. "
             "Choose a path that does not exist yet or an empty directory."
         )
     foreign = [e for e in target.entries if e not in {"zarr.json", LAYOUTS_GROUP, COORDS_GROUP}]
     if foreign:
-        shown = ", ".join(repr(name) for name in foreign[:NAMED_ENTRIES])
-        more = f" and {len(foreign) - NAMED_ENTRIES} more" if len(foreign) > NAMED_ENTRIES else ""
         raise StoreExistsError(
-            f"{location} holds a sporadik store and other things beside it ({shown}{more}); "
+            f"{location} holds a sporadik store and other things beside it ({_named(foreign)}); "
             "replacing the store would delete them too, even with overwrite=True. Move them "
             "out of the store, or write to another path."
         )

@@ -23,7 +23,7 @@ from sporadik_dask import spill
 from sporadik_dask.budgets import held_pieces, partition_values
 from sporadik_dask.describe import StoreDescription, describe
 from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
-from sporadik_dask.graph import count_graph, write_graph
+from sporadik_dask.graph import count_graph, current_client, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
 from sporadik_dask.skeleton import Skeleton, commit_block, discard, skeleton_of
@@ -196,9 +196,9 @@ class StoreWrite(DaskMethodsMixin):
 
         options = dict(kwargs)
         get = get_scheduler(scheduler=options.pop("scheduler", None)) or dask.threaded.get
-        client = getattr(get, "__self__", None)
+        client = current_client(get)
         try:
-            if client is not None and hasattr(client, "gather"):  # a distributed.Client's get
+            if client is not None:
                 self.wait(client, self.futures(client))
             else:
                 get(self._graph, list(self._keys), **options)
