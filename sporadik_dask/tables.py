@@ -83,7 +83,31 @@ def read_table(
         if name.endswith(".gz"):
             pieces = pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS, **options)
             return _staged(pieces, staging)
+        _check_line_end(path, storage_options)
         return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE, **options)
+
+
+def _check_line_end(path: str | Path, storage_options: dict[str, Any] | None) -> None:
+    """Refuse a plain text table whose last line has no line end.
+
+    Every writer of CSV (pandas, R, spreadsheets) ends the last row with one; a file cut by a copy
+    that did not finish ends mid-row, and a row cut inside its last field (a count of ``1`` where
+    ``17`` was written) parses cleanly, so the parser alone would convert a wrong value silently.
+    """
+    import fsspec
+
+    with fsspec.open(str(path), "rb", **(storage_options or {})) as stream:
+        stream.seek(0, io.SEEK_END)
+        if stream.tell() == 0:
+            return
+        stream.seek(-1, io.SEEK_END)
+        last = stream.read(1)
+    if last not in (b"\n", b"\r"):
+        raise SporadikError(
+            f"{path} does not end with a line end: its last row may have been cut (a copy that "
+            "did not finish), and a row cut inside a number still parses, as a smaller number. "
+            "Copy it again; if the file is whole, add the line end (echo >> FILE) and convert."
+        )
 
 
 def _no_rows(path: str | Path) -> None:

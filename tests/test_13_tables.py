@@ -194,6 +194,29 @@ def test_a_gzip_stream_cut_short_is_refused_naming_the_file(
     assert "t.csv.gz ends before its gzip stream does" in capsys.readouterr().err
 
 
+def test_a_plain_table_cut_inside_its_last_row_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "t.csv"
+    pd.DataFrame({"row": [0, 1, 2], "col": [1, 2, 0], "value": [5, 6, 17]}).to_csv(
+        table, index=False
+    )
+    whole = table.read_bytes()
+    assert whole.endswith(b"17\n")
+    table.write_bytes(whole[:-2])  # the last count cut from 17 to 1: it still parses
+    command = ["convert", str(table), str(tmp_path / "t.zarr"), "--columns", "row", "col"]
+    command += ["--values", "value", "--shape", "3", "3", "--quiet"]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "t.csv does not end with a line end" in err and err.count("\n") == 1
+    assert not (tmp_path / "t.zarr").exists()
+    table.write_bytes(whole)
+    assert main(command) == 0
+    np.testing.assert_array_equal(
+        read_back(tmp_path / "t.zarr"), [[0, 5, 0], [0, 0, 6], [17, 0, 0]]
+    )
+
+
 def transcripts(n: int, seed: int) -> pd.DataFrame:
     """A spatial transcript table: one row per detected molecule, named cell and gene."""
     rng = np.random.default_rng(seed)
