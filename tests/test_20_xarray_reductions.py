@@ -113,3 +113,27 @@ def test_a_chunked_default_sum_never_builds_the_dense_array(tmp_path: Path) -> N
         tracemalloc.stop()
     np.testing.assert_allclose(total.values, x.sum(axis=0).todense(), rtol=1e-5)
     assert peak < dense_bytes / 8, peak
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean", "std"])
+def test_a_transposed_lazy_variable_reduces_along_its_own_dims(
+    store: tuple[Path, npt.NDArray[Any]], op: str
+) -> None:
+    """``v.T`` is a view whose axes are the store's permuted; its reductions name its own."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    order = tuple(range(dense.ndim))[::-1]
+    turned = variable.transpose(*variable.dims[::-1])
+    picked = variable.isel(cell=slice(3, 30)).transpose(*variable.dims[::-1])
+    for dims in [("cell",), ("gene",), None]:
+        axes = None if dims is None else tuple(turned.get_axis_num(d) for d in dims)
+        expected = _expected(dense.transpose(order), op, axes)
+        result = getattr(turned, op)(dims)
+        assert result.dims == tuple(d for d in turned.dims if dims is not None and d not in dims)
+        np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+        expected = _expected(dense[3:30].transpose(order), op, axes)
+        np.testing.assert_allclose(getattr(picked, op)(dims).values, expected, rtol=1e-5)
+    np.testing.assert_array_equal(turned.data.todense(), dense.transpose(order))
+    np.testing.assert_array_equal(picked[..., ::-2].data.todense(), dense[3:30].T[..., ::-2])
+    chunked = turned.chunk({"cell": 9})
+    np.testing.assert_array_equal(chunked.data.compute().todense(), dense.transpose(order))

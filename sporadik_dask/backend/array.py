@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from xarray.core import indexing
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
-__all__ = ["BoundedLazyArray", "SporadikBackendArray", "backend_under"]
+__all__ = ["Beneath", "BoundedLazyArray", "SporadikBackendArray", "backend_under", "outer_of"]
 
 
 class SporadikBackendArray(BackendArray):
@@ -33,6 +34,10 @@ class SporadikBackendArray(BackendArray):
         :meth:`~sporadik_dask.read.StoreReader.read_points`."""
         if not isinstance(key, indexing.VectorizedIndexer):
             return self.reader.read(key.tuple)  # slices of any step, arrays in any order
+        outer = outer_of(key, self.ndim)
+        if outer is not None:  # a transposed view (``.T``, a Dataset's transpose)
+            positions, order = outer
+            return self.reader.read(positions).transpose(order)
         if all(isinstance(part, np.ndarray) for part in key.tuple):
             return self.reader.read_points(key.tuple)
         return indexing.explicit_indexing_adapter(  # arrays mixed with slices: xarray's path
@@ -66,16 +71,66 @@ class BoundedLazyArray(indexing.LazilyIndexedArray):
         return super()._updated_key(new_key)
 
 
-def backend_under(data: Any) -> tuple[SporadikBackendArray | None, bool]:
-    """The sporadik backend array beneath xarray's lazy wrappers (or None), and whether the
-    wrappers select the whole of it; None too once xarray holds the values in memory."""
-    whole = True
+def outer_of(
+    key: indexing.VectorizedIndexer, ndim: int
+) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]] | None:
+    """The positions along each axis and the axis at each dimension of the result, when ``key`` is
+    an outer selection with its axes permuted, as xarray spells a transposed lazy view: each
+    axis's positions broadcast along a dimension of its own. None for a pointwise key.
+
+    Read as points, ``v.T`` of 200,000 x 20,000 would ask for 4e9 of them.
+    """
+    parts = key.tuple
+    if len(parts) != ndim or not all(isinstance(p, np.ndarray) for p in parts):
+        return None
+    if len({p.ndim for p in parts}) != 1 or parts[0].ndim != ndim:
+        return None
+    placed: dict[int, int] = {}  # result dimension -> axis
+    single = []  # axes of one position, each on a length-1 dimension of its own
+    for axis, part in enumerate(parts):
+        long = [d for d, n in enumerate(part.shape) if n != 1]
+        if len(long) > 1 or (long and long[0] in placed):
+            return None
+        if long:
+            placed[long[0]] = axis
+        else:
+            single.append(axis)
+    free = [d for d in range(ndim) if d not in placed]
+    placed.update(zip(free, single, strict=True))
+    return tuple(part.ravel() for part in parts), tuple(placed[d] for d in range(ndim))
+
+
+@dataclass(frozen=True, slots=True)
+class Beneath:
+    """What lies under a lazily opened variable's wrappers."""
+
+    #: The sporadik backend array, or None (another array, or values xarray holds in memory).
+    backend: SporadikBackendArray | None
+    #: Whether the wrappers select the whole of it.
+    whole: bool
+    #: For each of the variable's axes, the store axis it is (a transposed view's permutation).
+    axes: tuple[int, ...]
+
+
+def backend_under(data: Any) -> Beneath:
+    """The sporadik backend array beneath xarray's lazy wrappers, whether they select the whole
+    of it, and in which order they put its axes."""
+    whole, axes = True, tuple(range(getattr(data, "ndim", 0)))
     while data is not None:
         if isinstance(data, SporadikBackendArray):
-            return data, whole
-        if isinstance(data, indexing.LazilyIndexedArray) and not all(
+            return Beneath(data, whole, axes)
+        if isinstance(data, indexing.LazilyVectorizedIndexedArray):
+            outer = outer_of(data.key, data.array.ndim)
+            if outer is None:
+                return Beneath(None, False, axes)
+            positions, axes = outer
+            whole = whole and all(
+                np.array_equal(p, np.arange(n))
+                for p, n in zip(positions, data.array.shape, strict=True)
+            )
+        elif isinstance(data, indexing.LazilyIndexedArray) and not all(
             isinstance(k, slice) and k == slice(None) for k in data.key.tuple
         ):
             whole = False
         data = getattr(data, "array", None)
-    return None, False
+    return Beneath(None, False, axes)

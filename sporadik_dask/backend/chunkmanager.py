@@ -91,7 +91,8 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     import dask.array as da
     import sparse
 
-    backend, whole = backend_under(data)
+    beneath = backend_under(data)
+    backend = beneath.backend
     if backend is None:
         return None
     from dask.base import tokenize
@@ -106,7 +107,8 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
         # named as a sporadik read, so reductions of it are pushed down (backend.pushdown)
         "name": f"{READ_PREFIX}{kwargs.get('name') or tokenize(backend.reader, data, chunks)}",
     }
-    if whole:  # dask's own getter over the reader: blocks are sparse, slices fuse
+    if beneath.whole and beneath.axes == tuple(range(data.ndim)):
+        # dask's own getter over the reader: blocks are sparse, slices fuse
         return da.from_array(backend.reader, chunks, **kwargs)
     return da.from_array(data, chunks, getitem=_getter, **kwargs)
 

@@ -35,11 +35,17 @@ __all__ = ["install_reductions"]
 def install_reductions() -> None:
     """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
     idempotent, and a no-op for every other variable."""
-    from xarray.core.groupby import DataArrayGroupBy
+    from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
     from xarray.core.variable import Variable
 
     if getattr(Variable.reduce, "pushes_sporadik_down", False):
         return
+    DatasetGroupBy.reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
+        DatasetGroupBy.reduce, by_name=False
+    )
+    DatasetGroupBy._flox_reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
+        DatasetGroupBy._flox_reduce, by_name=True
+    )
     DataArrayGroupBy.reduce = _grouped_pushing_down(  # type: ignore[method-assign]
         DataArrayGroupBy.reduce, by_name=False
     )
@@ -160,16 +166,41 @@ def _pushed_data(
                 source, op, target, spans, skipna=skipna, ddof=ddof, dense=dense
             )
         return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
-    backend, whole = backend_under(held)
-    if backend is None:
+    beneath = backend_under(held)
+    if beneath.backend is None:
         return None
-    if whole:
-        reader = backend.reader
-        return reductions.reduce_store(reader, op, target, skipna=skipna, ddof=ddof, dense=dense)
+    if beneath.whole:  # the store's runs, its axes in the variable's order
+        reader = beneath.backend.reader
+        data = reductions.reduce_store(
+            reader, op, _in_store(target, beneath.axes), skipna=skipna, ddof=ddof, dense=dense
+        )
+        return _in_view(data, target, beneath.axes)
     selected = variable.data  # the selection, read once as a sparse.COO
     if not hasattr(selected, "coords"):
         return None
     return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
+
+
+def _in_store(target: Any, axes: tuple[int, ...]) -> Any:
+    """``target`` of a view whose axis d is the store's axis ``axes[d]``, in the store's axes."""
+    from sporadik_dask.reductions import Target
+
+    if axes == tuple(range(len(axes))):
+        return target
+    shape = [0] * len(axes)
+    for d, axis in enumerate(axes):
+        shape[axis] = target.shape[d]
+    grouping = target.grouping
+    if grouping is not None:
+        grouping = grouping._replace(axis=axes[grouping.axis])
+    return Target(tuple(shape), tuple(sorted(axes[d] for d in target.axes)), grouping)
+
+
+def _in_view(data: Any, target: Any, axes: tuple[int, ...]) -> Any:
+    """A result over the store's kept axes (in the store's order), in the view's order."""
+    in_store = sorted(axes[d] for d in target.kept)
+    order = [in_store.index(axes[d]) for d in target.kept]
+    return data if order == sorted(order) else data.transpose(order)
 
 
 def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
@@ -246,6 +277,72 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
         result.attrs.update(obj.attrs)
     result = result.assign_coords(groupby.encoded.coords)
     return result.transpose(..., name) if chunked else result
+
+
+def _dataset_grouped_pushing_down(
+    original: Callable[..., Any], *, by_name: bool
+) -> Callable[..., Any]:
+    """``DatasetGroupBy.reduce`` or ``._flox_reduce``: each sporadik variable along the grouped
+    dim pushed down as a DataArray's is, every other variable by xarray's own path.
+
+    xarray reduces a Dataset's groups one at a time (a read and a reduction per group) or hands
+    every variable to flox, which densifies a sparse one: 20 s for 6 groups of 200,000 cells."""
+
+    @functools.wraps(original)
+    def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        pushed = _dataset_grouped(self, original, args, kwargs, by_name)
+        return original(self, *args, **kwargs) if pushed is None else pushed
+
+    return reduce
+
+
+def _dataset_grouped(
+    groupby: Any,
+    original: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    by_name: bool,
+) -> Any:
+    from xarray import Dataset
+    from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
+
+    obj = groupby._original_obj
+    codes_dims = groupby.encoded.codes.dims
+    if len(groupby.groupers) != 1 or len(codes_dims) != 1 or not isinstance(obj, Dataset):
+        return None
+    ours = [
+        name
+        for name, array in obj.data_vars.items()
+        if codes_dims[0] in array.dims and _is_sporadik_variable(array.variable)
+    ]
+    if not ours:
+        return None
+    pushed = {}
+    for name in ours:
+        one = DataArrayGroupBy(obj[name], groupby.groupers, groupby._restore_coord_dims)
+        result = _grouped(one, args, kwargs, by_name)
+        if result is None:
+            return None
+        pushed[name] = result
+    rest = obj.drop_vars(ours)
+    if rest.data_vars:
+        others = DatasetGroupBy(rest, groupby.groupers, groupby._restore_coord_dims)
+        out = original(others, *args, **kwargs)
+    else:
+        out = Dataset()
+    out = out.assign_coords(Dataset(pushed).coords).assign(pushed)
+    from xarray.core.options import _get_keep_attrs
+
+    keep_attrs = kwargs.get("keep_attrs")
+    keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
+    out.attrs = dict(obj.attrs) if keep else {}
+    return out[[name for name in obj.data_vars if name in out.data_vars]]
+
+
+def _is_sporadik_variable(variable: Any) -> bool:
+    """Whether a variable's data is read from a sporadik store, lazily or as dask blocks."""
+    held = variable._data
+    return _is_sporadik_dask(held) or backend_under(held).backend is not None
 
 
 def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> Any:
