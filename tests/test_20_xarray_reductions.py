@@ -137,3 +137,20 @@ def test_a_transposed_lazy_variable_reduces_along_its_own_dims(
     np.testing.assert_array_equal(picked[..., ::-2].data.todense(), dense[3:30].T[..., ::-2])
     chunked = turned.chunk({"cell": 9})
     np.testing.assert_array_equal(chunked.data.compute().todense(), dense.transpose(order))
+
+
+def test_a_selection_reduces_the_same_once_xarray_holds_it_in_memory(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """A lazy selection's first reduction reads it, and xarray keeps what was read: the next
+    reductions (and those of a loaded variable) still come back as numpy, with ``ddof``."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    picked = variable.isel(gene=[17, 3, 3, 5])
+    loaded = variable.load()
+    for op in ["sum", "mean", "max", "std", "var", "std"]:
+        for view, values in [(picked, dense[:, [17, 3, 3, 5]]), (loaded, dense)]:
+            result = getattr(view, op)("gene", **({"ddof": 1} if op == "var" else {}))
+            assert isinstance(result.data, np.ndarray), (op, type(result.data))
+            expected = _expected(values, op, 1) if op != "var" else np.nanvar(values, 1, ddof=1)
+            np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)

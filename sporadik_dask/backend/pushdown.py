@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.read import StoreReader
@@ -167,15 +168,17 @@ def _pushed_data(
             )
         return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
     beneath = backend_under(held)
-    if beneath.backend is None:
-        return None
-    if beneath.whole:  # the store's runs, its axes in the variable's order
+    if beneath.backend is not None and beneath.whole:  # the store's runs, in the view's order
         reader = beneath.backend.reader
         data = reductions.reduce_store(
             reader, op, _in_store(target, beneath.axes), skipna=skipna, ddof=ddof, dense=dense
         )
         return _in_view(data, target, beneath.axes)
-    selected = variable.data  # the selection, read once as a sparse.COO
+    if beneath.backend is None and READER_KEY not in variable.encoding:
+        return None
+    # the selection, read once as a sparse.COO; or held in memory since a first reduction read
+    # it, reduced the same way so that a second reduction gives what the first did
+    selected = variable.data
     if not hasattr(selected, "coords"):
         return None
     return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
