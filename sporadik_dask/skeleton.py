@@ -98,10 +98,11 @@ def lay_out(skeleton: Skeleton) -> str:
 
     1. Check the location again, by :func:`~sporadik_dask.targets.check_target`'s rule: it may
        have changed since the write was planned.
-    2. A root already naming this write was laid out by an earlier run of this task: leave it
-       and the chunks written into it.
+    2. A root already naming this write was laid out by an earlier run of this task: write its
+       documents again (that run may have been cut off among them), keep the chunks.
     3. Remove an old store's block first, so a store torn by what follows is never read as
-       finished; then delete everything there, and write the root document, then the rest.
+       finished; then delete everything there (the root's document last), and write the root
+       document, then the rest.
     """
     target = check_target(
         skeleton.where,
@@ -110,23 +111,44 @@ def lay_out(skeleton: Skeleton) -> str:
         token=skeleton.token,
     )
     if target.attributes.get(WRITING_KEY) == skeleton.token:
+        run(_put(skeleton, fresh=False))
         return skeleton.token
     if BLOCK_KEY in target.attributes:
         del open_group(skeleton.where, mode="r+").attrs[BLOCK_KEY]
-    run(_put(skeleton))
+    run(_put(skeleton, fresh=True))
     return skeleton.token
 
 
-async def _put(skeleton: Skeleton) -> None:
+async def _put(skeleton: Skeleton, *, fresh: bool) -> None:
+    """Write the skeleton's documents, the root's first; ``fresh``: delete what is there first.
+
+    Not fresh, the run before was cut off somewhere in here (its worker lost): the documents are
+    written again, the same bytes, and the chunks written since are kept.
+    """
     import asyncio
 
     prototype = buffer_prototype()
-    await skeleton.where.delete_dir()
+    if fresh:
+        await _delete(skeleton.where)
     (first, root), *rest = skeleton.documents
     await (skeleton.where / first).set(prototype.buffer.from_bytes(root))
     await asyncio.gather(
         *((skeleton.where / key).set(prototype.buffer.from_bytes(blob)) for key, blob in rest)
     )
+
+
+async def _delete(where: StorePath) -> None:
+    """Delete the group at ``where``, its root document last.
+
+    A deletion cut off midway (the process killed) then leaves a root group that names what it
+    is, which a write with ``overwrite=True`` replaces, never a directory of nameless entries
+    that every write must refuse.
+    """
+    import asyncio
+
+    entries = [entry async for entry in where.store.list_dir(where.path)]
+    await asyncio.gather(*((where / e).delete_dir() for e in entries if e != "zarr.json"))
+    await where.delete_dir()
 
 
 def commit_block(store: Any, block: Block, location: str, token: str | None) -> None:
@@ -157,7 +179,12 @@ def discard(store: Any, token: str) -> bool:
         root = zarr.open_group(store, mode="r", zarr_format=3)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):
         return False
-    if root.attrs.get(WRITING_KEY) != token:
+    attributes = dict(root.attrs)
+    if attributes.pop(WRITING_KEY, None) != token:
         return False
-    run(StorePath(root.store.with_read_only(False), "").delete_dir())
+    # first the mark: a deletion cut off midway leaves an unfinished store no write takes for
+    # its own (a retried lay-out would keep what is left, documents missing)
+    writable = zarr.open_group(store, mode="r+", zarr_format=3)
+    writable.attrs.put(attributes)
+    run(_delete(StorePath(root.store.with_read_only(False), "")))
     return True

@@ -6,8 +6,10 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Literal, overload
 
@@ -201,7 +203,8 @@ class StoreWrite(DaskMethodsMixin):
             if client is not None:
                 self.wait(client, self.futures(client))
             else:
-                get(self._graph, list(self._keys), **options)
+                with _own_pool(get, options):
+                    get(self._graph, list(self._keys), **options)
                 self._done = True
         finally:
             spill.remove(self._spill)
@@ -209,6 +212,32 @@ class StoreWrite(DaskMethodsMixin):
 
     def __repr__(self) -> str:
         return f"StoreWrite({self._location!r}, {len(self._keys)} chunk writes, then the block)"
+
+
+@contextlib.contextmanager
+def _own_pool(get: Any, options: dict[str, Any]) -> Iterator[None]:
+    """Run a threaded write on a pool of its own, and on any exit wait for the tasks still
+    running there.
+
+    Interrupted (Ctrl-C) or failed, dask's threaded scheduler returns while its threads go on
+    with the tasks they hold, each writing chunks: a store discarded or overwritten then would
+    be written into again, and left with chunks and no documents. Tasks not started are
+    cancelled; those running finish (each writes at most a partition's chunks).
+    """
+    if get is not dask.threaded.get or options.get("pool") or dask.config.get("pool", None):
+        yield
+        return
+    from dask.threaded import CPU_COUNT
+
+    # dask's own pool class where it has one: it carries context variables to the threads
+    executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)
+    workers = options.pop("num_workers", None) or dask.config.get("num_workers", None)
+    pool = executor(workers or CPU_COUNT)
+    options["pool"] = pool
+    try:
+        yield
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _written(results: list[None]) -> int:

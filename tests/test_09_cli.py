@@ -391,7 +391,7 @@ def _cli() -> list[str]:
     return [str(Path(sys.executable).parent / "sporadik-dask")]
 
 
-@pytest.mark.parametrize("when", ["staging", "laid out"])
+@pytest.mark.parametrize("when", ["staging", "laid out", "writing chunks"])
 def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
     import signal
     import time
@@ -404,8 +404,9 @@ def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
         (values, columns.ravel(), np.arange(0, columns.size + 1, 150)), shape=(20_000, 3_000)
     )
     sp.save_npz(tmp_path / "m.npz", matrix, compressed=False)
+    command = [*_cli(), "convert", str(tmp_path / "m.npz"), str(tmp_path / "out.zarr"), "--quiet"]
     running = subprocess.Popen(
-        [*_cli(), "convert", str(tmp_path / "m.npz"), str(tmp_path / "out.zarr"), "--quiet"],
+        command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -418,7 +419,9 @@ def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
     def started() -> bool:
         if when == "staging":  # the conversion's first step
             return any(p.name.startswith(".sporadik-staging") for p in tmp_path.iterdir())
-        return (tmp_path / "out.zarr" / "zarr.json").exists()  # the write's first task ran
+        if when == "laid out":
+            return (tmp_path / "out.zarr" / "zarr.json").exists()  # the write's first task ran
+        return (tmp_path / "out.zarr" / "layouts" / "axis0" / "data" / "c").exists()
 
     while not started():
         assert running.poll() is None and time.monotonic() < deadline
@@ -428,8 +431,12 @@ def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
     _, err = running.communicate(timeout=120)
     assert running.returncode == 130, err
     assert err == "sporadik-dask: interrupted; nothing was committed\n"
-    # where nothing was, nothing is left: not a torn store to be refused without --overwrite
+    # where nothing was, nothing is left: not a torn store to be refused without --overwrite,
+    # nor chunks written by tasks still running when the store was removed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+    time.sleep(0.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
 
 
 def test_info_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:

@@ -217,6 +217,32 @@ def test_writes_without_the_commit_leave_a_store_that_refuses_to_open(tmp_path: 
         sd.describe(tmp_path / "s.zarr")
 
 
+def test_a_lay_out_run_again_puts_back_documents_its_first_run_never_wrote(
+    tmp_path: Path,
+) -> None:
+    """A lay-out retried (its worker lost midway) finds its own mark on the root: it keeps the
+    chunks written since and writes every document again, so none is left missing."""
+    dense, x = _input(5)
+    path = tmp_path / "s.zarr"
+    write = sd.to_sporadik(x, path, compute=False, chunk=64)
+    assert isinstance(write, sd.StoreWrite)
+    graph = write.__dask_graph__()
+    (lay_out,) = [key for key in graph if str(key).startswith("sporadik-lay-out-")]
+    dask.get(graph, lay_out)
+    (path / "layouts" / "axis1" / "indices" / "zarr.json").unlink()  # cut off among them
+    (path / "layouts" / "axis0" / "data" / "c").mkdir(parents=True)
+    (path / "layouts" / "axis0" / "data" / "c" / "0").write_bytes(b"a chunk written since")
+    dask.get(graph, lay_out)
+    assert (path / "layouts" / "axis1" / "indices" / "zarr.json").exists()
+    assert (
+        path / "layouts" / "axis0" / "data" / "c" / "0"
+    ).read_bytes() == b"a chunk written since"
+    write.compute()
+    for axis in (0, 1):
+        np.testing.assert_array_equal(sd.from_sporadik(path, axis=axis).compute().todense(), dense)
+    sd.validate(path)
+
+
 def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
     tmp_path: Path,
 ) -> None:
