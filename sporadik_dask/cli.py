@@ -175,7 +175,7 @@ def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, A
         )
         return source_of(frame, shape=args.shape, columns=args.columns, values=args.values)
     if (attributes or {}).get("encoding-type") == "anndata":
-        return _anndata_matrix(args.input, args.storage_options)
+        return _anndata_matrix(args.input, args.storage_options, args.quiet)
     if _is_url(args.input):
         raise SporadikError(
             f"{args.input!r} is not a sporadik store, an AnnData zarr store or a Parquet or CSV "
@@ -190,9 +190,18 @@ def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, A
     if source.suffix == ".npz":
         import scipy.sparse
 
-        return scipy.sparse.load_npz(source)
+        try:
+            return scipy.sparse.load_npz(source)
+        except ValueError as dense:
+            if "does not contain a sparse" not in str(dense):
+                raise
+            raise SporadikError(
+                f"{source} holds no scipy sparse matrix (arrays saved by np.savez are not one): "
+                "save it with scipy.sparse.save_npz, or convert a dense array from Python with "
+                "sporadik_dask.to_sporadik."
+            ) from None
     if source.suffix == ".h5ad":
-        return _anndata_matrix(args.input, None)
+        return _anndata_matrix(args.input, None, args.quiet)
     raise SporadikError(
         f"Cannot tell what {args.input!r} holds: convert reads an AnnData .h5ad file or .zarr "
         "store, a 10x matrix directory, a Parquet or CSV table, a scipy .npz file, or an "
@@ -218,9 +227,9 @@ def _tenx_source(tenx: Any) -> Any:
     return replace(source, labels=labels)
 
 
-def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
+def _anndata_matrix(source: str, options: dict[str, Any] | None, quiet: bool) -> Any:
     """X of an AnnData file as a lazy DataArray with obs and var names as coordinates, and the
-    columns of obs and var as coordinates along them."""
+    columns of obs and var as coordinates along them; its layers are named, not written."""
     try:
         import anndata
         from anndata.experimental import read_elem_lazy
@@ -254,6 +263,13 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None) -> Any:
             f"{source} cannot be read as AnnData ({type(unreadable).__name__}: {unreadable}); "
             "X, obs or var is missing or damaged."
         ) from None
+    layers = sorted(group["layers"]) if "layers" in group else []
+    if layers and not quiet:
+        print(
+            f"sporadik-dask: note: {source} also holds layers {', '.join(layers)}; convert "
+            "writes X (and obs, var) only.",
+            file=sys.stderr,
+        )
     coords: dict[str, Any] = {
         dim: table.index.to_numpy().astype(str) for dim, table in tables.items()
     }
@@ -273,6 +289,12 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise SporadikError(
             f"{flag} and --byte-addressable contradict each other: a byte-addressable array is "
             "one uncompressed chunk. Give one of them."
+        )
+    repeated = sorted({c for c in args.columns or () if list(args.columns).count(c) > 1})
+    if repeated:
+        raise SporadikError(
+            f"--columns names {', '.join(map(repr, repeated))} more than once: each axis needs "
+            "a column of its own, and one column on two axes would write only a diagonal."
         )
     if is_table(args.input) and not args.columns:
         raise SporadikError(
@@ -579,6 +601,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     A traceback means a fault in this package, not the user's.
     """
     args = _parser().parse_args(argv)
+    shown = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    try:
+        return _run(args)
+    finally:
+        warnings.formatwarning = shown
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         status = args.run(args) or 0
         sys.stdout.flush()
@@ -610,13 +641,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(status)
 
 
+def _one_line_warning(message: Any, category: type[Warning], *_: Any, **__: Any) -> str:
+    """A warning as a shell user reads it: what, not which line of which module raised it."""
+    return f"sporadik-dask: {category.__name__}: {message}\n"
+
+
 def _damaged_input_errors() -> tuple[type[BaseException], ...]:
     """What the readers of input files raise on a file cut short or damaged: a zip archive's
-    (``.npz``), and Arrow's (Parquet, CSV) when it is loaded."""
+    (``.npz``), Arrow's (Parquet, CSV) and pandas' parser's, when they are loaded."""
     import zipfile
 
     arrow = sys.modules.get("pyarrow.lib")
-    return (zipfile.BadZipFile, *([arrow.ArrowInvalid] if arrow is not None else []))
+    pandas = sys.modules.get("pandas.errors")  # a CSV row of too many or too few fields
+    return (
+        zipfile.BadZipFile,
+        *([arrow.ArrowInvalid] if arrow is not None else []),
+        *([pandas.ParserError] if pandas is not None else []),
+    )
 
 
 def _object_store_errors() -> tuple[type[BaseException], ...]:

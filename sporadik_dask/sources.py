@@ -50,10 +50,13 @@ class Source:
 
 
 def check_dtype(given: Any) -> np.dtype[Any]:
-    dtype: np.dtype[Any] = np.dtype(given)
+    try:
+        dtype: np.dtype[Any] = np.dtype(given)
+    except TypeError:  # pandas' own dtypes (strings, nullable integers) name no numpy dtype
+        dtype = np.dtype(object)
     if dtype.kind not in "biufc":
         raise LayoutError(
-            f"Values of dtype {dtype} cannot be stored: the format holds numbers or booleans, and "
+            f"Values of dtype {given} cannot be stored: the format holds numbers or booleans, and "
             "an object or string dtype would need a codec that runs code on read. Convert the "
             "values to a numeric dtype first."
         )

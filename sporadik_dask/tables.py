@@ -84,7 +84,11 @@ def read_table(
             pieces = pd.read_csv(path, sep=sep, usecols=wanted, chunksize=STAGE_ROWS, **options)
             return _staged(pieces, staging)
         _check_line_end(path, storage_options)
-        return dd.read_csv(path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE, **options)
+        # pyarrow's parser: pandas' own, given usecols, drops a row's extra fields and fills a
+        # short row with NaN, so a malformed line would convert silently
+        return dd.read_csv(
+            path, sep=sep, usecols=wanted, blocksize=CSV_BLOCKSIZE, engine="pyarrow", **options
+        )
 
 
 def _check_line_end(path: str | Path, storage_options: dict[str, Any] | None) -> None:

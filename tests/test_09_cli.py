@@ -52,6 +52,20 @@ def test_anndata_files_convert_with_names_as_coordinates(
     assert list(stored(root, "coords/var")[:3]) == ["gene0", "gene1", "gene2"]
 
 
+def test_anndata_layers_are_named_as_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dense = random_dense(np.random.default_rng(1), (30, 20), 0.2)
+    adata = anndata.AnnData(sp.csr_matrix(dense))
+    adata.layers["counts"] = sp.csr_matrix(dense * 2)
+    adata.layers["spliced"] = sp.csr_matrix(dense * 3)
+    adata.write_h5ad(tmp_path / "in.h5ad")
+    assert main(["convert", str(tmp_path / "in.h5ad"), str(tmp_path / "out.zarr")]) == 0
+    note = "also holds layers counts, spliced; convert writes X (and obs, var) only."
+    assert note in capsys.readouterr().err
+    np.testing.assert_array_equal(read_back(tmp_path / "out.zarr"), dense)
+
+
 def test_anndata_obs_and_var_columns_become_coordinates_to_group_by(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     matrix = sp.random(90, 30, density=0.2, format="csr", random_state=4, dtype=np.float64)
@@ -327,7 +341,44 @@ MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
         r"--shape gives its axis length 3; the names decide the axis, so give None for it in "
         r"--shape\.",
     ),
+    "a CSV row with a field too many": (
+        lambda p: [
+            _table(p, "r,c,v\n0,0,1\n3,4,7,8\n"),
+            str(p / "o.zarr"),
+            *["--columns", "r", "c", "--values", "v", "--shape", "9", "9"],
+        ],
+        r"t\.csv cannot be read \(ParserError: .*Expected 3 columns, got 4: 3,4,7,8\)",
+    ),
+    "a CSV row with its value missing": (
+        lambda p: [
+            _table(p, "r,c,v\n0,0,1\n1,2\n3,4,5\n"),
+            str(p / "o.zarr"),
+            *["--columns", "r", "c", "--values", "v", "--shape", "9", "9"],
+        ],
+        r"t\.csv cannot be read \(ParserError: .*Expected 3 columns, got 2: 1,2\)",
+    ),
+    "a CSV value column of words": (
+        lambda p: [
+            _table(p, "r,c,v\n0,0,1\n1,2,abc\n"),
+            str(p / "o.zarr"),
+            *["--columns", "r", "c", "--values", "v", "--shape", "9", "9"],
+        ],
+        r"Values of dtype string cannot be stored",
+    ),
+    "one column on two axes": (
+        lambda p: [_table(p, "a,b\nx,y\n"), str(p / "o.zarr"), "--columns", "a", "a"],
+        r"--columns names 'a' more than once",
+    ),
+    "an .npz of dense arrays": (
+        lambda p: [_dense_npz(p), str(p / "o.zarr")],
+        r"m\.npz holds no scipy sparse matrix \(arrays saved by np\.savez are not one\)",
+    ),
 }
+
+
+def _dense_npz(tmp_path: Path) -> str:
+    np.savez(tmp_path / "m.npz", x=np.eye(3))
+    return str(tmp_path / "m.npz")
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
