@@ -443,3 +443,24 @@ def test_a_huge_declared_shape_is_refused_before_any_large_allocation(tmp_path: 
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KiB
     row = sd.StoreReader(path).read((3, slice(None)))  # a selection reads its brackets only
     assert row.shape == (30,)
+
+
+def test_an_array_of_a_store_replaced_since_it_was_opened_says_so(tmp_path: Path) -> None:
+    """Reads of a store overwritten under an open array fail against the old description; the
+    message says the store was replaced, not that a whole store is damaged."""
+    import xarray as xr
+
+    path = tmp_path / "s.zarr"
+    rng = np.random.default_rng(1)
+    first, second = (random_dense(rng, (100, 80), density) for density in (0.1, 0.5))
+    sd.to_sporadik(first, path)
+    lazy = sd.from_sporadik(path)
+    variable = xr.open_dataset(path, engine="sporadik")["s"]
+    picked = variable.isel(dim_0=slice(5, 15))
+    sd.to_sporadik(second, path, overwrite=True)
+    replaced = r"s\.zarr was replaced since this array was opened \(the store now says shape"
+    with pytest.raises(sd.LayoutError, match=replaced):
+        lazy.compute()
+    with pytest.raises(sd.LayoutError, match=replaced):
+        picked.load()
+    np.testing.assert_array_equal(sd.from_sporadik(path).compute().todense(), second)

@@ -9,8 +9,10 @@ share (where the store is, its description, the arrays opened once) and pickles 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -169,6 +171,29 @@ class StoreReader:
             return self.read_compressed(key, axis=self.axis)
         return self.read(key, axis=self.axis)
 
+    @contextlib.contextmanager
+    def _replaced_named(self) -> Iterator[None]:
+        """Say so when what looks like a damaged store is a store replaced since this reader
+        described it: its runs and chunks are then read against the old description, and the
+        message would send the user to rewrite a store that is whole."""
+        try:
+            yield
+        except LayoutError as damaged:
+            try:
+                now: StoreDescription | None = open_store(
+                    self.store, storage_options=self.storage_options
+                ).description
+            except SporadikError:  # being written again, or refused: not as it was described
+                now = None
+            if now == self.description:
+                raise
+            raise LayoutError(
+                f"{self.location} was replaced since this array was opened (the store now says "
+                f"{'nothing finished' if now is None else f'shape {now.shape}, {now.nnz:,} values'}"
+                f", where it said shape {self.shape}, {self.description.nnz:,} values), so its "
+                "runs no longer match what this array knows of it. Open it again."
+            ) from damaged
+
     def read(self, key: Any, *, axis: int | None = None) -> Any:
         """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection.
 
@@ -312,6 +337,10 @@ class StoreReader:
         Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch; on a
         sharded store, with the shard indexes of ``data`` and ``indices`` a first read needs.
         """
+        with self._replaced_named():
+            return self._brackets(requests)
+
+    def _brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         arrays = [self._arrays(layout) for layout, _ in requests]
         return fetch_brackets(
             [
@@ -341,13 +370,15 @@ class StoreReader:
     ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
         """:meth:`runs` with the indices as stored (int32, say): what assembly reads, without a
         widened copy of them beside the result."""
-        arrays = self._arrays(layout)
-        fetch = (arrays["indices"], arrays["data"])
-        return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
+        with self._replaced_named():
+            arrays = self._arrays(layout)
+            fetch = (arrays["indices"], arrays["data"])
+            return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
 
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
-        return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
+        with self._replaced_named():
+            return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
 
     def _all_brackets(self, axis: int) -> tuple[LayoutDescription, Brackets]:
         """The layout along ``axis`` and the brackets of its every position (all of ``indptr``)."""
