@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,26 @@ def test_switched_off_every_join_is_sparse_concatenate(monkeypatch: pytest.Monke
         off = concatenate_in_order([left, right], 1)
     assert calls == [1]
     np.testing.assert_array_equal(off.todense(), np.hstack([np.eye(3), 2 * np.eye(3)]))
+
+
+def test_lazy_variables_concatenate_and_reindex_as_loaded_ones_do(tmp_path: Path) -> None:
+    """``xr.concat`` and ``reindex`` to a label the variable lacks, as users spell them, give
+    what the same variables loaded give; xarray alone asks numpy for the lazy values."""
+    dense = random_dense(np.random.default_rng(6), (50, 30), 0.3)
+    genes = [f"g{j}" for j in range(30)]
+    array = xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene"), name="x")
+    sd.to_sporadik(array.assign_coords(gene=genes), tmp_path / "s.zarr")
+    lazy = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik")["x"]
+    loaded = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik")["x"].load()
+    cases: list[Callable[[xr.DataArray], xr.DataArray]] = [
+        lambda v: xr.concat([v.isel(cell=slice(0, 10)), v.isel(cell=slice(30, 45))], "cell"),
+        lambda v: xr.concat([v.isel(gene=[4, 2]), v], "gene"),
+        lambda v: v.isel(cell=slice(0, 12)).reindex(gene=["g3", "missing", "g1"], fill_value=0),
+        lambda v: v.reindex(gene=["g3", "missing"]),
+    ]
+    for case in cases:
+        got, expected = case(lazy), case(loaded)
+        assert isinstance(got.data, sparse.COO)
+        assert got.dims == expected.dims and got.shape == expected.shape
+        np.testing.assert_array_equal(got.data.todense(), expected.data.todense())
+    assert np.isnan(cases[3](lazy).sel(gene="missing").data.todense()).all()

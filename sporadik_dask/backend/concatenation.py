@@ -1,4 +1,5 @@
-"""dask joins ``sparse.COO`` blocks along a later axis by counting sorts, not sparse's argsort.
+"""Joins: dask's of ``sparse.COO`` blocks along a later axis by counting sorts, not sparse's
+argsort; xarray's of lazily opened sporadik variables (``xr.concat``, ``reindex``).
 
 A selection of genes under ``chunks=`` is read in blocks along the gene axis (each block reads
 its genes' runs once), so computing it joins blocks along axis 1. dask hands that to
@@ -18,8 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from xarray.core import indexing
 
-__all__ = ["concatenate_in_order", "join_sparse_blocks_in_order"]
+__all__ = ["concatenate_in_order", "install_variable_joins", "join_sparse_blocks_in_order"]
 
 
 def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
@@ -108,3 +110,59 @@ def join_sparse_blocks_in_order() -> None:
 
     if concatenate_lookup.dispatch(sparse.COO) is not concatenate_in_order:
         concatenate_lookup.register(sparse.COO, concatenate_in_order)
+
+
+def install_variable_joins() -> None:
+    """``xr.concat``, and ``reindex`` to labels the variable lacks, of lazily opened sporadik
+    variables: each reads its selection first.
+
+    xarray joins variables from their lazy wrappers, and fills missing labels through them,
+    asking numpy for the values: a backend array holding ``sparse.COO`` raises there ("Cannot
+    convert a sparse array to dense automatically"), where the same variables loaded join and
+    fill as sparse. Every other variable is handed over as it was. Idempotent.
+    """
+    from xarray.core.variable import Variable
+
+    original = Variable.__dict__["concat"]
+    if getattr(original, "reads_sporadik_first", False):
+        return
+    masked = Variable._getitem_with_mask
+
+    def concat(cls: type[Variable], variables: Any, *args: Any, **kwargs: Any) -> Any:
+        read = [v.copy(deep=False, data=v.data) if _lazy(v) else v for v in variables]
+        return original.__func__(cls, read, *args, **kwargs)
+
+    def _getitem_with_mask(self: Variable, *args: Any, **kwargs: Any) -> Any:
+        if _lazy(self):
+            read_on_index = _ReadOnIndex(self._data)
+            self = Variable(self.dims, read_on_index, self.attrs, self.encoding, fastpath=True)
+        return masked(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    wrapped = classmethod(concat)
+    wrapped.reads_sporadik_first = True  # type: ignore[attr-defined]
+    Variable.concat = wrapped  # type: ignore[method-assign, assignment]
+    Variable._getitem_with_mask = _getitem_with_mask  # type: ignore[method-assign]
+
+
+def _lazy(variable: Any) -> bool:
+    from sporadik_dask.backend.array import backend_under
+
+    return backend_under(variable._data).backend is not None
+
+
+class _ReadOnIndex(indexing.ExplicitlyIndexedNDArrayMixin):
+    """A lazy view whose selections are read as they are made (a ``sparse.COO``)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+
+    def _oindex_get(self, indexer: Any) -> Any:
+        return self.array.oindex[indexer].get_duck_array()
+
+    def _vindex_get(self, indexer: Any) -> Any:
+        return self.array.vindex[indexer].get_duck_array()
+
+    def __getitem__(self, indexer: Any) -> Any:
+        return self.array[indexer].get_duck_array()

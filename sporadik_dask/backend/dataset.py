@@ -18,7 +18,7 @@ from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import keep_auto_chunks_sparse, preferred_chunks
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
-from sporadik_dask.backend.concatenation import join_sparse_blocks_in_order
+from sporadik_dask.backend.concatenation import install_variable_joins, join_sparse_blocks_in_order
 from sporadik_dask.backend.dask_selection import install_dask_selection
 from sporadik_dask.backend.pushdown import install_reductions
 from sporadik_dask.describe import open_store
@@ -46,6 +46,7 @@ def open_store_dataset(
     keep_auto_chunks_sparse()
     install_reductions()
     install_dask_selection()
+    install_variable_joins()
     join_sparse_blocks_in_order()
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
