@@ -154,3 +154,24 @@ def test_a_selection_reduces_the_same_once_xarray_holds_it_in_memory(
             assert isinstance(result.data, np.ndarray), (op, type(result.data))
             expected = _expected(values, op, 1) if op != "var" else np.nanvar(values, 1, ddof=1)
             np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_a_sum_with_min_count_equals_xarray_over_numpy_in_values_and_dtype(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """``min_count`` (NaN where fewer values than that are not NaN) is the same pass, and the
+    result dense numpy, as without it; xarray over the dense array is the oracle."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    plain = xr.DataArray(dense, dims=variable.dims)
+    for skipna in [None, True, False]:
+        for min_count in [1, 39, 40, 10_000]:
+            for dims in [("cell",), ("gene",), None]:
+                result = variable.sum(dims, min_count=min_count, skipna=skipna)
+                expected = plain.sum(dims, min_count=min_count, skipna=skipna)
+                if chunks is None:
+                    assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
+                values = np.asarray(result.values)
+                assert values.dtype == expected.dtype, (skipna, min_count, dims)
+                np.testing.assert_allclose(values, expected.values, rtol=1e-5, equal_nan=True)

@@ -105,7 +105,7 @@ def _options(op: str | None, dtype: Any, kwargs: dict[str, Any]) -> tuple[str, b
     if op is None or not reductions.supported(op, np.dtype(dtype)):
         return None
     extra = set(kwargs) - {"skipna", "ddof", "min_count", "numeric_only"}
-    if extra or kwargs.get("min_count") is not None:
+    if extra or (kwargs.get("min_count") is not None and op != "sum"):
         return None
     skipna = kwargs.get("skipna")
     if skipna is None:
@@ -144,12 +144,29 @@ def _pushed_down(
         return None
     target = Target(tuple(variable.shape), axes)
     dense = dense_result(target, options[0])
-    if dense is None:
+    min_count = kwargs.get("min_count")
+    if dense is None or (min_count is not None and not dense):
         return None
     data = _pushed_data(variable, target, *options, dense=dense)
     if data is None:
         return None
+    if min_count is not None and options[1]:  # xarray ignores it unless NaN are skipped
+        valid = _pushed_data(variable, target, "count", True, 0, dense=True)
+        data = _missing_below(data, valid, int(min_count), whole=not target.kept)
     return tuple(variable.dims[a] for a in target.kept), data
+
+
+def _missing_below(data: Any, valid: Any, min_count: int, *, whole: bool) -> Any:
+    """``data`` missing (NaN) where fewer than ``min_count`` values were not NaN, promoted as
+    xarray's ``min_count`` promotes: along axes always (an integer sum becomes float64), over
+    every axis only where a cell is missing."""
+    from xarray.core import dtypes
+
+    short = valid < min_count
+    if whole:
+        return np.where(short, np.nan, data)
+    dtype, fill = dtypes.maybe_promote(data.dtype)
+    return np.where(short, fill, data.astype(dtype))
 
 
 def _pushed_data(
@@ -245,6 +262,8 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     ):
         return None
     options = _options(_op_of(func), obj.dtype, kwargs)
+    if kwargs.get("min_count") is not None:
+        return None
     grouped_dim = codes_dims[0] if chunked else groupby._group_dim
     dims = [grouped_dim] if dim is None else ([dim] if isinstance(dim, str) else list(dim))
     if options is None or grouped_dim not in dims or any(d not in obj.dims for d in dims):
