@@ -26,6 +26,7 @@ __all__ = [
     "BATCH_VALUES",
     "BLOCKS_PER_CORE",
     "CHUNKS_AT_ONCE",
+    "COUNT_BYTES",
     "ESTIMATE_HEADROOM",
     "MIN_BLOCK_BYTES",
     "PARTITION_BYTES",
@@ -64,6 +65,11 @@ PARTITION_BYTES = 2**27
 #: 20,000 groups of 5,000 genes in 8 spans peaked at 10.7 to 11.5 GB, where one pass over
 #: the store (one span) peaked at 3.8 to 4.6 GB.
 DENSE_PARTIALS_BYTES = 2**30
+
+#: Bytes of the counts per position a write plans a layout from (8 per position along the
+#: layout's axis), held by every count task and by the client, and the layout's ``indptr`` as
+#: big: an axis of 3e8 positions would hold 2.4 GB in each, 2**40 positions 8 TiB.
+COUNT_BYTES = 2**30
 
 #: Chunks of ``data`` :func:`~sporadik_dask.read.statistics.totals` decodes at a time (2 Mi
 #: values at 128 KB chunks).
