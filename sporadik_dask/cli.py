@@ -322,7 +322,15 @@ def _convert(args: argparse.Namespace) -> None:
                     "copying a store is a job for the object store's own tools."
                 )
             present = describe(args.input, storage_options=options)
-            for axis in axes or range(present.rank):
+            wanted = axes or range(present.rank)
+            if all(axis in present.layouts for axis in wanted):
+                _say(
+                    args.quiet,
+                    f"{args.input} has layouts {sorted(present.layouts)} already; nothing to "
+                    "write (--axes names others to add).",
+                )
+                return
+            for axis in wanted:
                 write = add_axis(
                     args.input,
                     axis,

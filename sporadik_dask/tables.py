@@ -313,8 +313,8 @@ class _Entries:
             if len(cut):
                 raise SporadikError(
                     f"{self.path}, line {self._line(self.read + int(cut[0]))}: the entry has "
-                    f"fewer than {len(piece.columns)} numbers; the line was cut short (a copy "
-                    "that did not finish?), so its value cannot be known."
+                    f"fewer than {len(piece.columns)} numbers, or a NaN; the line was cut short "
+                    "(a copy that did not finish?) or names no value, so none can be stored."
                 )
             self._check_positions(piece["var"].to_numpy(), self.header.rows, "row")
             self._check_positions(piece["obs"].to_numpy(), self.header.columns, "column")

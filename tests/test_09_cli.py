@@ -110,12 +110,21 @@ def test_a_scipy_npz_converts(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_back(tmp_path / "out.zarr"), matrix.toarray())
 
 
-def test_converting_a_store_adds_its_missing_layouts(tmp_path: Path) -> None:
+def test_converting_a_store_adds_its_missing_layouts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dense = random_dense(np.random.default_rng(2), (40, 30), 0.2)
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,)})
     assert main(["convert", str(path), str(path), "--quiet"]) == 0
     assert sporadik.describe(path).layouts.keys() == {0, 1}
     np.testing.assert_array_equal(read_back(path), dense)
+    capsys.readouterr()
+    assert main(["convert", str(path), str(path)]) == 0  # again: nothing is missing
+    out = capsys.readouterr().out
+    assert (
+        out
+        == f"{path} has layouts [0, 1] already; nothing to write (--axes names others to add).\n"
+    )
 
 
 def test_info_and_validate_describe_a_store(
