@@ -20,6 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 import zarr
+from zarr.storage import StorePath
 
 from sporadik_dask.chunks import write_chunks
 from sporadik_dask.errors import LayoutError, SporadikError
@@ -32,6 +33,7 @@ from sporadik_dask.kernels import (
 )
 from sporadik_dask.spec import check_indices
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
+from sporadik_dask.targets import WRITING_KEY
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -143,6 +145,9 @@ class ArrayRef:
     path: str
     #: SHA-1 of the array's ``zarr.json`` as it was when the reference was made.
     metadata: str
+    #: For an array a write lays out: the path of its store's root group and the write's token,
+    #: which the root names until the write commits (see :meth:`check_still_laid_out`).
+    owner: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, array: zarr.Array[Any]) -> ArrayRef:
@@ -150,10 +155,38 @@ class ArrayRef:
         return cls(array.store, str(array.store), array.path, _digest(array))
 
     @classmethod
-    def at(cls, store: Any, path: str, array: zarr.Array[Any]) -> ArrayRef:
+    def at(cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str]) -> ArrayRef:
         """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
-        (made elsewhere, e.g. in memory) will describe once it is written there."""
-        return cls(store, str(store), path, _digest(array))
+        (made elsewhere, e.g. in memory) will describe once the write ``owner`` names (root,
+        token) lays it out there."""
+        return cls(store, str(store), path, _digest(array), owner)
+
+    def check_still_laid_out(self) -> None:
+        """Refuse to write when the root no longer names the write this array belongs to.
+
+        A write cancelled on a cluster (``client.cancel``, a failed ``wait``, a closed client)
+        leaves its running tasks running, and the same location may meanwhile be overwritten and
+        committed by another write of the same documents: a chunk written then would land in
+        that store, or stand where it writes no chunk (one of zeros), and read as its value.
+        One small read of the root's document per region written.
+        """
+        if self.owner is None:
+            return
+        import json
+
+        from sporadik_dask.storage import run
+        from sporadik_dask.zarr_adapter import buffer_prototype
+
+        root, token = self.owner
+        found = run((StorePath(self.store, root) / "zarr.json").get(buffer_prototype()))
+        attributes = json.loads(found.to_bytes()).get("attributes", {}) if found else {}
+        if attributes.get(WRITING_KEY) != token:
+            raise SporadikError(
+                f"{self.location}: the write this task belongs to no longer owns the store (its "
+                "root names another write, or a finished store); its chunks would land in that "
+                "store. Nothing was written by this task; the write it belongs to was cancelled "
+                "or replaced."
+            )
 
     def open(self) -> zarr.Array[Any]:
         """The array, opened in this process once and kept, refused if it changed since."""
@@ -549,11 +582,13 @@ def write_region(ref: ArrayRef, start: int, stop: int, *slices: npt.NDArray[Any]
         raise LayoutError(  # pragma: no cover - a planning error, never user input
             f"region {start}:{stop} of {ref.path} got {values.shape[0]} values"
         )
+    ref.check_still_laid_out()
     write_chunks(ref.open(), start, values)
 
 
 def write_array(ref: ArrayRef, start: int, values: npt.NDArray[Any]) -> None:
     """Write ``values`` (known on the client, like ``indptr``) at ``start``."""
+    ref.check_still_laid_out()
     write_chunks(ref.open(), start, values)
 
 

@@ -400,7 +400,9 @@ def _skeleton(
     where = skeleton.where
     arrays = {
         axis: {
-            name: ArrayRef.at(where.store, _joined(where.path, array.path), array)
+            name: ArrayRef.at(
+                where.store, _joined(where.path, array.path), array, (where.path, skeleton.token)
+            )
             for name, array in found.items()
         }
         for axis, found in made.items()

@@ -243,6 +243,29 @@ def test_a_lay_out_run_again_puts_back_documents_its_first_run_never_wrote(
     sd.validate(path)
 
 
+def test_tasks_of_a_write_replaced_meanwhile_write_nothing_into_the_new_store(
+    tmp_path: Path,
+) -> None:
+    """Tasks of a write cancelled on a cluster go on running; when another write has laid the
+    location out again (and committed), they must not write their chunks into its store."""
+    dense, x = _input(6)
+    path = tmp_path / "s.zarr"
+    stale = sd.to_sporadik(x, path, compute=False, chunk=64)
+    assert isinstance(stale, sd.StoreWrite)
+    graph = dict(stale.__dask_graph__())
+    (lay_out,) = [key for key in graph if str(key).startswith("sporadik-lay-out-")]
+    token = dask.get(graph, lay_out)
+    sd.to_sporadik(2 * x, path, chunk=64, overwrite=True)  # same documents, another write
+    graph[lay_out] = token  # laid out already: its tasks run on as a cancelled write's do
+    with pytest.raises(sd.SporadikError, match="no longer owns the store"):
+        dask.get(graph, stale.__dask_keys__())
+    for axis in (0, 1):
+        np.testing.assert_array_equal(
+            sd.from_sporadik(path, axis=axis).compute().todense(), 2 * dense
+        )
+    sd.validate(path)
+
+
 def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
     tmp_path: Path,
 ) -> None:
