@@ -175,7 +175,7 @@ class StoreWrite(DaskMethodsMixin):
     def wait(self, client: Any, futures: list[Any]) -> None:
         """Wait for the writes :meth:`futures` submitted; on the first failure, cancel the rest
         (a write still queued would otherwise go on writing into a store being retried or
-        overwritten) and raise it."""
+        overwritten), remove the write's spilled parts, and raise it."""
         if len(futures) != len(self._keys):
             raise ValueError(
                 f"wait got {len(futures)} futures for {len(self._keys)} chunk writes; pass "
@@ -184,7 +184,10 @@ class StoreWrite(DaskMethodsMixin):
         try:
             client.gather(futures)
         except BaseException:
-            client.cancel(futures)
+            # a closed client cannot cancel: the failure it would hide is the one to see
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
+            spill.remove(self._spill)  # parts of a write that will not finish
             raise
         self._done = True
 

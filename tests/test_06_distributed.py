@@ -85,6 +85,33 @@ def test_a_cluster_spills_shuffle_parts_inside_the_store_every_worker_writes(
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 
 
+def test_a_failed_wait_on_a_cluster_removes_the_spilled_parts(
+    tmp_path: Path, client: Client
+) -> None:
+    """``futures`` then ``wait``, failing (here cancelled once parts are on disk, as a restart
+    does): the parts go with the write, not when the StoreWrite is collected, which a notebook
+    keeping it never does."""
+    import time
+
+    from sporadik_dask.synthetic import counts_matrix
+
+    x = counts_matrix(cells=20_000, genes=2_000, density=0.02, rows_per_chunk=1_000)
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=40_000)
+        assert isinstance(write, sd.StoreWrite)
+        futures = write.futures(client)
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "s.zarr").rglob(".sporadik-parts-*/*.parts")):
+            assert time.monotonic() < deadline and not all(f.done() for f in futures)
+            time.sleep(0.005)
+        client.cancel(futures)
+        with pytest.raises(Exception, match="cancelled"):
+            write.wait(client, futures)
+    assert list((tmp_path / "s.zarr").rglob(".sporadik-parts-*")) == []
+    with pytest.raises(sd.IncompleteError):
+        write.commit()
+
+
 def test_a_cluster_writing_an_object_store_keeps_its_parts_in_its_workers(
     s3: S3Bucket, client: Client
 ) -> None:
