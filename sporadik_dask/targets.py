@@ -24,7 +24,7 @@ from sporadik_dask.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.storage import StoreLike, location_of, run
 from sporadik_dask.zarr_adapter import resolve_store_path
 
-__all__ = ["WRITING_KEY", "Target", "check_target", "same_or_inside"]
+__all__ = ["WRITING_KEY", "Target", "check_target", "root_document", "same_or_inside"]
 
 #: Root attribute naming the write that laid the store out, until its block replaces it
 #: (:mod:`sporadik_dask.skeleton`).
@@ -79,6 +79,17 @@ def _is_sporadik(document: dict[str, Any] | None, entries: set[str]) -> bool:
     )
 
 
+async def root_document(where: StorePath) -> dict[str, Any] | None:
+    """The root's ``zarr.json`` at ``where``, parsed; None where there is none, or it is not a
+    JSON object."""
+    raw = await (where / "zarr.json").get()
+    try:
+        document = json.loads(raw.to_bytes()) if raw is not None else None
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
 async def _look_async(
     store: StoreLike, storage_options: dict[str, Any] | None, location: str
 ) -> Target:
@@ -98,13 +109,7 @@ async def _look_async(
         return Target(location, (), False)
     if not entries:
         return Target(location, (), False)
-    raw = await (where / "zarr.json").get()
-    try:
-        document = json.loads(raw.to_bytes()) if raw is not None else None
-    except ValueError:
-        document = None
-    if not isinstance(document, dict):
-        document = None
+    document = await root_document(where)
     attributes = (document or {}).get("attributes")
     return Target(
         location,

@@ -33,7 +33,7 @@ from sporadik_dask.kernels import (
 )
 from sporadik_dask.spec import check_indices
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
-from sporadik_dask.targets import WRITING_KEY
+from sporadik_dask.targets import WRITING_KEY, root_document
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -172,15 +172,11 @@ class ArrayRef:
         """
         if self.owner is None:
             return
-        import json
-
         from sporadik_dask.storage import run
-        from sporadik_dask.zarr_adapter import buffer_prototype
 
         root, token = self.owner
-        found = run((StorePath(self.store, root) / "zarr.json").get(buffer_prototype()))
-        attributes = json.loads(found.to_bytes()).get("attributes", {}) if found else {}
-        if attributes.get(WRITING_KEY) != token:
+        attributes = (run(root_document(StorePath(self.store, root))) or {}).get("attributes")
+        if not isinstance(attributes, dict) or attributes.get(WRITING_KEY) != token:
             raise SporadikError(
                 f"{self.location}: the write this task belongs to no longer owns the store (its "
                 "root names another write, or a finished store); its chunks would land in that "
