@@ -57,7 +57,13 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
     "sum-from-sporadik": ("from_sporadik(...).sum(axis=0)", ["gcxs", "coo", "totals", "scipy"]),
     "groupby-50": ("groupby 50 cell groups .sum()", GROUPBY_ROUTES),
     "groupby-50000": ("groupby 50,000 cell groups .sum()", GROUPBY_ROUTES),
+    "dot-50": (
+        "xr.dot with a dense gene x 50 matrix",
+        ["lazy", "chunks={}", "sparse-einsum", "scipy"],
+    ),
 }
+#: Idioms left out of a run without ``--idioms``: each has a section of its own (``--section``).
+APART = {"dot-50": "products"}
 
 
 def _picks(cells: int, genes: int) -> dict[str, Any]:
@@ -103,6 +109,14 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
         "gene-mask-chunked": picks["mask"],
     }.get(idiom)
     groups = picks["groups-50000" if idiom == "groupby-50000" else "groups-50"]
+    loadings = np.random.default_rng(RNG_SEED).standard_normal((meta["genes"], 50))
+    if route == "sparse-einsum":  # xarray's einsum, sparse's outer product: products not routed
+        import dask
+        import xarray as xr
+
+        dask.config.set({"sporadik.pushdown": False})
+        counts = _ours(store, {})
+        return lambda: _done(xr.dot(counts, xr.DataArray(loadings, dims=("gene", "pc"))).data)
     if route == "flox":  # xarray's own groupby through flox, over dask blocks of sparse.COO
         import dask
         import xarray as xr
@@ -138,6 +152,11 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
             return lambda: _done(counts.sum(dim, **skipna).data)
         if idiom == "mean-cell":
             return lambda: _done(counts.mean("cell").data)
+        if idiom == "dot-50":
+            import xarray as xr
+
+            pcs = xr.DataArray(loadings, dims=("gene", "pc"))
+            return lambda: _done(xr.dot(counts, pcs).data)
         labelled = counts.assign_coords(group=("cell", groups))
         return lambda: _done(labelled.groupby("group").sum().data)
     if route in ("gcxs", "coo"):  # sparse's own reductions of the blocks from_sporadik reads
@@ -178,6 +197,8 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
             return lambda: np.asarray(csc.sum(axis=0)).ravel()
         if idiom == "mean-cell":
             return lambda: np.asarray(csc.mean(axis=0)).ravel()
+        if idiom == "dot-50":
+            return lambda: csr @ loadings
         size = int(groups.max()) + 1
         indicator = sp.csr_matrix(
             (np.ones(groups.size, dtype=np.float32), (groups, np.arange(groups.size))),
@@ -230,7 +251,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "sporadik-bench")
     parser.add_argument("--size", default="full")
-    parser.add_argument("--idioms", nargs="+", default=list(IDIOMS), choices=list(IDIOMS))
+    parser.add_argument(
+        "--idioms",
+        nargs="+",
+        default=[idiom for idiom in IDIOMS if idiom not in APART],
+        choices=list(IDIOMS),
+    )
+    parser.add_argument(
+        "--section",
+        help="publish to a section of this name (its own markers and heading), not the main one",
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument(
         "--routes", nargs="+", help="only these routes of each idiom (default: every one)"
@@ -291,9 +321,15 @@ def _run_child(command: list[str]) -> tuple[str, str | None]:
 
 def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> None:
     only = f" --routes {' '.join(args.routes)}" if args.routes else ""
+    begin, end, title = BEGIN, END, "xarray idioms"
+    if args.section:
+        only = f" --idioms {' '.join(args.idioms)} --section {args.section}{only}"
+        begin = BEGIN.replace("idioms:", f"idioms-{args.section}:")
+        end = END.replace("idioms", f"idioms-{args.section}")
+        title = f"xarray idioms: {args.section}"
     lines = [
-        BEGIN,
-        "## xarray idioms",
+        begin,
+        f"## {title}",
         "",
         f"Made by `.venv/bin/python benchmarks/idioms.py --size {args.size}{only}` on "
         f"{date.today().isoformat()}: the {meta['nnz']:,}-value store of {meta['cells']:,} cells "
@@ -309,7 +345,9 @@ def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> 
         "this package's pushdown off (`sporadik.pushdown: False`), `scanpy` is "
         "`sc.get.aggregate` on the AnnData in memory (CSR), `gcxs` and `coo` are `sparse`'s own "
         "sum of the blocks of `from_sporadik(store, axis=1, format=...)` (its kernels loaded "
-        "from the disk cache a previous process filled). A route past "
+        "from the disk cache a previous process filled), `sparse-einsum` is `chunks={}` with "
+        "products not routed (`sporadik.pushdown: False`), so xarray's `einsum` goes to "
+        "`sparse.einsum`. A route past "
         f"{LIMIT_SECONDS} s or {LIMIT_BYTES / 2**30:.0f} GiB RSS is stopped.",
         "",
         "| idiom | route | first s | again s | peak RSS GiB | at start GiB | result |",
@@ -325,7 +363,7 @@ def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> 
             f"{measured['peak'] / 2**30:.2f} | {measured['before'] / 2**30:.2f} | "
             f"{measured['type']} |"
         )
-    publish(args.output, BEGIN, END, lines)
+    publish(args.output, begin, end, lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,196 @@
+"""Products: ``xr.dot`` (and ``@``) of a sparse variable with a dense one, as a matrix product.
+
+``xr.dot`` hands its operands to ``einsum``, and ``sparse.einsum`` multiplies them out into the
+"minimal outer product" before it sums: every stored value times every column of the dense
+operand. Cells x genes against genes x 50 held 50 values per stored value (1,000 of 200,000
+cells took 0.87 GiB, the whole matrix could not be done), for a result the size of cells x 50.
+A product of one sparse operand (fill value 0) with a dense one, each index either summed over
+by both or kept from one, is a ``tensordot``: here the sparse operand is turned so that its
+kept axes lead, made a ``scipy.sparse`` CSR matrix, and multiplied with the dense one, which
+scipy does about 4x faster than ``sparse``'s own ``tensordot`` or ``@`` (50,000 x 20,000 at
+1 %, times 20,000 x 50: 0.2 s against 0.8 s). Under dask each pair of blocks is multiplied so,
+and the partial products summed as dask's ``tensordot`` does, so no task holds more than its
+blocks. Any other ``einsum`` (batch dims, both operands sparse or both dense, a fill value that
+is not 0) is xarray's own; ``dask.config`` ``sporadik.pushdown: False`` hands every one back.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dask
+import numpy as np
+
+__all__ = ["install_products"]
+
+
+def install_products() -> None:
+    """Route ``xr.dot`` of one sparse and one dense operand through :func:`contract`;
+    idempotent, and every other ``einsum`` unchanged."""
+    from xarray.core import duck_array_ops
+
+    if getattr(duck_array_ops.einsum, "contracts_sparse", False):
+        return
+    duck_array_ops.einsum = _contracting(duck_array_ops.einsum)
+
+
+def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def einsum(*args: Any, **kwargs: Any) -> Any:
+        if (
+            kwargs
+            or len(args) != 3
+            or not isinstance(args[0], str)
+            or not dask.config.get("sporadik.pushdown", True)
+        ):
+            return original(*args, **kwargs)
+        subscripts, left, right = args
+        axes = _tensordot_axes(subscripts, left.ndim, right.ndim)
+        if axes is None or _kind(left) == _kind(right) or "other" in (_kind(left), _kind(right)):
+            return original(*args, **kwargs)
+        product = contract(left, right, axes)
+        return product if _in_order(axes.order) else product.transpose(axes.order)
+
+    einsum.contracts_sparse = True  # type: ignore[attr-defined]
+    return einsum
+
+
+class _Axes:
+    """Which axes of each operand are summed over, and how ``tensordot``'s result (the left
+    operand's kept axes, then the right's) is turned to the order ``einsum`` asked for."""
+
+    def __init__(self, left: tuple[int, ...], right: tuple[int, ...], order: tuple[int, ...]):
+        self.left = left
+        self.right = right
+        self.order = order
+
+
+def _tensordot_axes(subscripts: str, left_ndim: int, right_ndim: int) -> _Axes | None:
+    """The ``tensordot`` that computes ``subscripts`` for two operands, or None if none does.
+
+    xarray writes ``...ab,...bc->...ac``: the ellipsis holds dims both operands share and keep
+    (batch dims), which a ``tensordot`` has not, so it must be empty here.
+    """
+    if "->" not in subscripts or subscripts.count(",") != 1:
+        return None
+    inputs, out = subscripts.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    if out.startswith("..."):
+        out = out[3:]
+    cores = []
+    for term, ndim in zip(terms, (left_ndim, right_ndim), strict=True):
+        core = term[3:] if term.startswith("...") else term
+        if "." in core or len(core) != ndim or len(set(core)) != len(core):
+            return None
+        cores.append(core)
+    left, right = cores
+    if "." in out or len(set(out)) != len(out):
+        return None
+    summed = [index for index in left if index in right]
+    if any(index in out for index in summed):  # kept by both: a batch index
+        return None
+    kept = [index for index in left if index not in summed] + [
+        index for index in right if index not in summed
+    ]
+    if sorted(kept) != sorted(out):  # an index summed over within one operand
+        return None
+    return _Axes(
+        tuple(left.index(index) for index in summed),
+        tuple(right.index(index) for index in summed),
+        tuple(kept.index(index) for index in out),
+    )
+
+
+def _kind(array: Any) -> str:
+    """``sparse`` (a ``sparse.COO`` of fill value 0, or dask blocks of them), ``dense`` (numpy,
+    or dask blocks of it) or ``other``."""
+    import sys
+
+    dask_array = sys.modules.get("dask.array")
+    if dask_array is not None and isinstance(array, dask_array.Array):
+        array = array._meta
+    sparse = sys.modules.get("sparse")
+    if sparse is not None and type(array) is sparse.COO:
+        return "sparse" if _is_zero(array.fill_value) else "other"
+    return "dense" if type(array) is np.ndarray else "other"
+
+
+def _in_order(axes: Sequence[int]) -> bool:
+    return list(axes) == list(range(len(axes)))
+
+
+def _is_zero(value: Any) -> bool:
+    return bool(np.asarray(value) == 0)
+
+
+def contract(left: Any, right: Any, axes: _Axes) -> Any:
+    """``tensordot(left, right, (axes.left, axes.right))`` for one sparse and one dense operand,
+    dense; under dask as dask's ``tensordot`` lays it out, with each partial product kept
+    (one length-1 axis per summed index) and summed after."""
+    import dask.array as da
+
+    if not isinstance(left, da.Array) and not isinstance(right, da.Array):
+        return _matrix_product(left, right, axes.left, axes.right)
+    left, right = da.asarray(left), da.asarray(right)
+    dtype = np.promote_types(left.dtype, right.dtype)
+    left_index = list(range(left.ndim))
+    right_index = list(range(left.ndim, left.ndim + right.ndim))
+    out_index = left_index + right_index
+    for at_left, at_right in zip(axes.left, axes.right, strict=True):
+        out_index.remove(right_index[at_right])
+        right_index[at_right] = left_index[at_left]
+    partial = da.blockwise(
+        _partial_product,
+        out_index,
+        left,
+        left_index,
+        right,
+        right_index,
+        dtype=dtype,
+        concatenate=False,
+        adjust_chunks={left_index[at]: lambda _: 1 for at in axes.left},
+        meta=np.empty((0,) * len(out_index), dtype=dtype),
+        summed=(axes.left, axes.right),
+    )
+    return partial.sum(axis=list(axes.left)) if axes.left else partial
+
+
+def _partial_product(left: Any, right: Any, summed: tuple[Sequence[int], Sequence[int]]) -> Any:
+    """One pair of blocks' product, with a length-1 axis where each summed axis was."""
+    product = _matrix_product(left, right, summed[0], summed[1])
+    return np.expand_dims(product, tuple(sorted(summed[0]))) if summed[0] else product
+
+
+def _matrix_product(
+    left: Any, right: Any, left_axes: Sequence[int], right_axes: Sequence[int]
+) -> np.ndarray[Any, Any]:
+    """``tensordot`` as one CSR matrix times a dense matrix: each operand's kept axes flattened
+    to one, its summed axes (in the paired order) to the other."""
+    import sparse
+
+    left_kept = [axis for axis in range(left.ndim) if axis not in left_axes]
+    right_kept = [axis for axis in range(right.ndim) if axis not in right_axes]
+    shape = tuple(left.shape[a] for a in left_kept) + tuple(right.shape[a] for a in right_kept)
+    left_2d = _as_matrix(left, left_kept, list(left_axes))
+    right_2d = _as_matrix(right, list(right_axes), right_kept)
+    dtype = np.promote_types(left.dtype, right.dtype)
+    if isinstance(left, sparse.COO):
+        product = left_2d @ right_2d.astype(dtype, copy=False)
+    else:  # dense times sparse: (S.T @ D.T).T, scipy's CSR times a dense matrix
+        product = (right_2d.T.tocsr() @ left_2d.astype(dtype, copy=False).T).T
+    return np.asarray(product, dtype=dtype).reshape(shape)
+
+
+def _as_matrix(array: Any, first: list[int], second: list[int]) -> Any:
+    """The operand as a 2-D matrix: axes ``first`` flattened to rows, ``second`` to columns;
+    a ``sparse.COO`` becomes a ``scipy.sparse`` CSR matrix."""
+    import sparse
+
+    rows = int(np.prod([array.shape[a] for a in first], dtype=np.int64))
+    columns = int(np.prod([array.shape[a] for a in second], dtype=np.int64))
+    if isinstance(array, sparse.COO):
+        turned = array if _in_order(first + second) else array.transpose(first + second)
+        return turned.reshape((rows, columns)).tocsr()
+    return np.transpose(array, first + second).reshape(rows, columns)
