@@ -133,3 +133,11 @@ def test_lazy_variables_concatenate_and_reindex_as_loaded_ones_do(tmp_path: Path
         assert got.dims == expected.dims and got.shape == expected.shape
         np.testing.assert_array_equal(got.data.todense(), expected.data.todense())
     assert np.isnan(cases[3](lazy).sel(gene="missing").data.todense()).all()
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_one_block_joins_to_itself_not_a_copy(axis: int) -> None:
+    """dask joins a column of blocks along each axis in turn: a copy of each would be held
+    beside every block and the result."""
+    block = sparse.COO.from_numpy(random_dense(np.random.default_rng(1), (5, 4), 0.4))
+    assert concatenate_in_order([block], axis=axis) is block

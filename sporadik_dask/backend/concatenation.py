@@ -27,6 +27,9 @@ __all__ = ["concatenate_in_order", "install_variable_joins", "join_sparse_blocks
 def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
     """``sparse.concatenate(arrays, axis)``, with the result put in C order by counting sorts.
 
+    0. One block is the join: dask joins a column of blocks along each axis in turn, so a
+       copy of each would be held beside the blocks and the result (the whole of 40.6 M values
+       under ``chunks={}``: 2.59 GiB, 1.87 GiB without the copies).
     1. Along the leading axis, or for anything but ``sparse.COO`` blocks of one rank, fill value
        and coordinate dtype (int64, or int32 that holds the joined axis), hand over to
        ``sparse.concatenate`` (its own join along the
@@ -44,6 +47,8 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
 
     arrays = list(arrays)
     first = arrays[0] if arrays else None
+    if len(arrays) == 1 and type(first) is sparse.COO and _within(axis, arrays[0].ndim):
+        return first
     if (
         not dask.config.get("sporadik.join-in-order", True)
         or not isinstance(first, sparse.COO)
@@ -78,6 +83,10 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
         sorted=True,
         fill_value=first.fill_value,
     )
+
+
+def _within(axis: Any, ndim: int) -> bool:
+    return isinstance(axis, (int, np.integer)) and bool(-ndim <= axis < ndim)
 
 
 def _one_index_dtype(arrays: Sequence[Any], axis: Any) -> bool:
