@@ -61,9 +61,17 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
         "xr.dot with a dense gene x 50 matrix",
         ["lazy", "chunks={}", "sparse-einsum", "scipy"],
     ),
+    "loaded-mask": (
+        "a 84 % cell mask of the loaded variable",
+        ["loaded", "loaded-sparse", "scipy"],
+    ),
+    "loaded-genes": (
+        "1,000 genes in a user's order, of the loaded variable",
+        ["loaded", "loaded-sparse", "scipy"],
+    ),
 }
 #: Idioms left out of a run without ``--idioms``: each has a section of its own (``--section``).
-APART = {"dot-50": "products"}
+APART = {"dot-50": "products", "loaded-mask": "loaded", "loaded-genes": "loaded"}
 
 
 def _picks(cells: int, genes: int) -> dict[str, Any]:
@@ -110,6 +118,15 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
     }.get(idiom)
     groups = picks["groups-50000" if idiom == "groupby-50000" else "groups-50"]
     loadings = np.random.default_rng(RNG_SEED).standard_normal((meta["genes"], 50))
+    cell_mask = np.random.default_rng(RNG_SEED).random(meta["cells"]) < 0.84
+    if route in ("loaded", "loaded-sparse"):  # read whole first (not timed), then selected
+        import dask
+
+        dask.config.set({"sporadik.pushdown": route == "loaded"})
+        counts = _ours(store, None).load()
+        if idiom == "loaded-mask":
+            return lambda: counts.isel(cell=cell_mask).data
+        return lambda: counts.isel(gene=picks["unsorted"]).data
     if route == "sparse-einsum":  # xarray's einsum, sparse's outer product: products not routed
         import dask
         import xarray as xr
@@ -199,6 +216,10 @@ def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
             return lambda: np.asarray(csc.mean(axis=0)).ravel()
         if idiom == "dot-50":
             return lambda: csr @ loadings
+        if idiom == "loaded-mask":
+            return lambda: csr[cell_mask]
+        if idiom == "loaded-genes":
+            return lambda: csc[:, picks["unsorted"]]
         size = int(groups.max()) + 1
         indicator = sp.csr_matrix(
             (np.ones(groups.size, dtype=np.float32), (groups, np.arange(groups.size))),
@@ -347,7 +368,9 @@ def _report(args: argparse.Namespace, meta: dict[str, Any], rows: list[Any]) -> 
         "sum of the blocks of `from_sporadik(store, axis=1, format=...)` (its kernels loaded "
         "from the disk cache a previous process filled), `sparse-einsum` is `chunks={}` with "
         "products not routed (`sporadik.pushdown: False`), so xarray's `einsum` goes to "
-        "`sparse.einsum`. A route past "
+        "`sparse.einsum`; `loaded` is the lazy variable after `.load()` (not timed), "
+        "`loaded-sparse` the same with `sporadik.pushdown: False`, so `sparse` indexes it. "
+        "A route past "
         f"{LIMIT_SECONDS} s or {LIMIT_BYTES / 2**30:.0f} GiB RSS is stopped.",
         "",
         "| idiom | route | first s | again s | peak RSS GiB | at start GiB | result |",

@@ -20,6 +20,7 @@ from sporadik_dask.backend.blocks import keep_auto_chunks_sparse, preferred_chun
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
 from sporadik_dask.backend.concatenation import install_variable_joins, join_sparse_blocks_in_order
 from sporadik_dask.backend.dask_selection import install_dask_selection
+from sporadik_dask.backend.held import install_held_selection
 from sporadik_dask.backend.products import install_products
 from sporadik_dask.backend.pushdown import install_reductions
 from sporadik_dask.describe import open_store
@@ -48,6 +49,7 @@ def open_store_dataset(
     install_reductions()
     install_products()
     install_dask_selection()
+    install_held_selection()
     install_variable_joins()
     join_sparse_blocks_in_order()
     opened = open_store(store, storage_options=storage_options)

@@ -87,7 +87,7 @@ def _slots(
     return take, slots_of[np.repeat(starts[clipped], copies) + _within(copies)]
 
 
-def _slot_table(selection: Selection, axis: int, values: int) -> Positions | None:
+def slot_table(selection: Selection, axis: int, values: int) -> Positions | None:
     """Each position of ``axis``'s output slot (-1: not selected), as a table over the axis.
 
     None when some position is asked for twice (a value would go to two slots), or when the
@@ -121,9 +121,9 @@ def _assemble_rank2(
     """
     axis = layout.indexed_axis
     (other,) = layout.index_order
-    if axis == 0 and not (selection.ordered(other) or _descending(selection, other)):
+    if axis == 0 and not (selection.ordered(other) or descending(selection, other)):
         return None
-    slots = _slot_table(selection, other, indices.size)
+    slots = slot_table(selection, other, indices.size)
     if slots is None:
         return None
     asked = selection.inverse[axis]
@@ -135,7 +135,7 @@ def _assemble_rank2(
     return columns_of_runs(starts, lengths[asked], indices, data, slots, extent)
 
 
-def _descending(selection: Selection, axis: int) -> bool:
+def descending(selection: Selection, axis: int) -> bool:
     """Whether the positions selected along ``axis`` strictly decrease (a reversed range)."""
     positions = selection.positions[axis]
     return positions.size > 1 and bool(np.all(positions[1:] < positions[:-1]))
@@ -152,7 +152,7 @@ def _sorted_prefix(selection: Selection, layout: LayoutGeometry) -> list[int]:
     prefix = [layout.indexed_axis]
     if len(layout.index_order) == 1 and layout.indexed_axis == 0:
         (other,) = layout.index_order
-        if _descending(selection, other):  # each run reversed by assemble
+        if descending(selection, other):  # each run reversed by assemble
             return [0, other]
     for axis in layout.index_order:
         if selection.ordered(axis):
@@ -249,7 +249,7 @@ def assemble(
     values = data if origin is None else data[origin]
     if not kept_axes:  # one cell
         return np.zeros((0, values.size), dtype=np.int64), values
-    if rank == 2 and axis == 0 and selection.ordered(0) and _descending(selection, 1):
+    if rank == 2 and axis == 0 and selection.ordered(0) and descending(selection, 1):
         # each run holds its row's values by descending output column: reverse each run
         starts = np.cumsum(per_run) - per_run
         order = np.repeat(2 * starts + per_run - 1, per_run) - np.arange(values.size)
