@@ -72,6 +72,7 @@ def select_held(array: Any, key: tuple[Any, ...]) -> Any:
         sparse is None
         or type(array) is not sparse.COO
         or array.ndim < 2
+        or array.dtype.kind not in "biufc"  # what the compiled assembly holds
         or len(key) != array.ndim
         or not any(isinstance(part, (np.ndarray, list)) for part in key)
         or not dask.config.get("sporadik.pushdown", True)
