@@ -340,7 +340,7 @@ def _convert(args: argparse.Namespace) -> None:
                     compute=False,
                     storage_options=options,
                 )
-                description = progress(write)
+                description = _reported(args, write, progress, f"layout axis{axis} of {args.input}")
         else:
             target = check_target(
                 args.output, overwrite=args.overwrite, storage_options=options, inputs=[args.input]
@@ -358,7 +358,7 @@ def _convert(args: argparse.Namespace) -> None:
                     storage_options=options,
                 )
                 try:
-                    description = progress(write)
+                    description = _reported(args, write, progress, str(args.output))
                 except BaseException:
                     if target.empty:  # nothing was there: leave nothing, not a torn store
                         write.discard()
@@ -369,6 +369,20 @@ def _convert(args: argparse.Namespace) -> None:
         f"wrote {description.location}: {description.nnz:,} values, layouts "
         f"{list(description.indexed_axes)}, in {time.perf_counter() - started:.1f} s",
     )
+
+
+def _reported(args: argparse.Namespace, write: Any, progress: Any, what: str) -> Any:
+    """Run ``write``, noting on ``args`` what it committed, even when interrupted after its
+    commit went through, so an interrupt is reported as what it left: complete layouts or a
+    complete store, not nothing."""
+    try:
+        description = progress(write)
+    except KeyboardInterrupt:
+        if isinstance(write, StoreWrite) and write.committed():
+            args.committed = [*getattr(args, "committed", []), what]
+        raise
+    args.committed = [*getattr(args, "committed", []), what]
+    return description
 
 
 @contextlib.contextmanager
@@ -622,7 +636,13 @@ def _run(args: argparse.Namespace) -> int:
         status = args.run(args) or 0
         sys.stdout.flush()
     except KeyboardInterrupt:
-        print("sporadik-dask: interrupted; nothing was committed", file=sys.stderr)
+        committed = getattr(args, "committed", [])
+        print(
+            f"sporadik-dask: interrupted; {' and '.join(committed)} committed, complete"
+            if committed
+            else "sporadik-dask: interrupted; nothing was committed",
+            file=sys.stderr,
+        )
         return 130
     except BrokenPipeError:
         _silence_stdout()

@@ -172,6 +172,16 @@ def commit_block(store: Any, block: Block, location: str, token: str | None) -> 
     root.attrs.put({**attributes, BLOCK_KEY: block.to_json()})
 
 
+def is_committed(store: Any, block: Block) -> bool:
+    """Whether the root holds ``block`` and no write's mark: that write's commit went through."""
+    try:
+        attributes = dict(zarr.open_group(store, mode="r", zarr_format=3).attrs)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        return False
+    written = json.loads(json.dumps(block.to_json()))
+    return WRITING_KEY not in attributes and attributes.get(BLOCK_KEY) == written
+
+
 def discard(store: Any, token: str) -> bool:
     """Delete the store at the root of ``store`` when its root still names the write ``token``:
     laid out by that write, which never committed. Anything else is left as it is."""

@@ -31,7 +31,7 @@ from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, current_client, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
-from sporadik_dask.skeleton import Skeleton, commit_block, discard, skeleton_of
+from sporadik_dask.skeleton import Skeleton, commit_block, discard, is_committed, skeleton_of
 from sporadik_dask.sources import Source, source_of, source_of_layout
 from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
@@ -148,6 +148,15 @@ class StoreWrite(DaskMethodsMixin):
                 "w.commit(client.compute(w.written()).result())."
             )
         return _commit(None, self._store, self._block, self._location, self._spill, self._token)
+
+    def committed(self) -> bool:
+        """Whether the store's root holds this write's block, as :meth:`commit` writes it.
+
+        An interrupt (Ctrl-C) can land after the commit went through: the store is then
+        complete, and whoever reports the interrupt should say so rather than that nothing was
+        written.
+        """
+        return is_committed(self._store, self._block)
 
     def discard(self) -> bool:
         """Delete the store this write laid out, if it did and never committed; whether it did.

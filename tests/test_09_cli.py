@@ -560,3 +560,40 @@ def test_s3_without_credentials_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith("sporadik-dask: NoCredentialsError: Unable to locate credentials")
     assert "--storage-options" in err and err.count("\n") == 1
+
+
+def test_an_interrupt_after_a_commit_reports_what_was_committed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C can land between a write's commit and the command's end (or between the layouts
+    `convert` adds one after another): the message says what is complete, not that nothing is."""
+    import argparse
+
+    import sparse
+
+    from sporadik_dask.cli import _reported, _run
+
+    dense = random_dense(np.random.default_rng(4), (30, 20), 0.3)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b")), path, axes=[0])
+
+    def commit_then_interrupted(write: Any) -> None:
+        write.compute()
+        raise KeyboardInterrupt  # what Python raises on SIGINT, just after the commit
+
+    def interrupted(write: Any) -> None:
+        raise KeyboardInterrupt
+
+    def add_layout(args: argparse.Namespace) -> None:
+        _reported(args, sd.add_axis(path, 1, compute=False), commit_then_interrupted, "axis1")
+
+    assert _run(argparse.Namespace(run=add_layout)) == 130
+    assert "interrupted; axis1 committed, complete" in capsys.readouterr().err
+    assert sorted(sd.describe(path).layouts) == [0, 1]
+
+    def write_new(args: argparse.Namespace) -> None:
+        new = xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b"))
+        _reported(args, sd.to_sporadik(new, tmp_path / "t.zarr", compute=False), interrupted, "t")
+
+    assert _run(argparse.Namespace(run=write_new)) == 130
+    assert "interrupted; nothing was committed" in capsys.readouterr().err
