@@ -25,7 +25,7 @@ def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, npt.NDArray[Any]]:
     rank, dtype = request.param
-    shape = (40, 30, 4)[:rank]
+    shape = (70, 80, 4)[:rank]  # sums over at least 64 positions: dense under dask too
     dense = random_dense(np.random.default_rng(rank), shape, 0.2, dtype)
     path = tmp_path_factory.mktemp("p") / "s.zarr"
     dims = ("cell", "gene", "spot")[:rank]
@@ -133,3 +133,26 @@ def test_sporadik_pushdown_false_hands_the_product_back_to_xarray(
     assert isinstance(result, sparse.COO)
     expected = np.einsum("cg...,g->c...", dense[:6], weights.values)
     np.testing.assert_allclose(result.todense(), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunks", CHUNKS[:2], ids=CHUNK_IDS[:2])
+def test_a_product_whose_dense_result_would_outgrow_the_sparse_one_stays_sparse(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """Nothing summed (an outer product, a scaling), or a short axis summed: the result is as
+    sparse as the variable, and a dense one could be many times its size."""
+    path, dense = store
+    x = _open(path, chunks)
+    outer = xr.DataArray(np.array([1.0, 2.0]), dims=("k",))
+    cases = [
+        (xr.dot(x, outer), np.einsum("cg...,k->cg...k", dense, outer.values)),
+        (xr.dot(x, xr.DataArray(2.0)), dense * 2.0),
+    ]
+    if dense.ndim == 3:
+        per_spot = xr.DataArray(np.arange(1.0, 5.0), dims=("spot",))
+        cases.append((xr.dot(x, per_spot), np.einsum("cgs,s->cg", dense, per_spot.values)))
+    for result, expected in cases:
+        data = result.data
+        data = data.compute() if hasattr(data, "compute") else data
+        assert isinstance(data, sparse.COO), type(data)
+        np.testing.assert_allclose(data.todense(), expected, rtol=1e-5)

@@ -10,8 +10,11 @@ kept axes lead, made a ``scipy.sparse`` CSR matrix, and multiplied with the dens
 scipy does about 4x faster than ``sparse``'s own ``tensordot`` or ``@`` (50,000 x 20,000 at
 1 %, times 20,000 x 50: 0.2 s against 0.8 s). Under dask each pair of blocks is multiplied so,
 and the partial products summed as dask's ``tensordot`` does, so no task holds more than its
-blocks. Any other ``einsum`` (batch dims, both operands sparse or both dense, a fill value that
-is not 0) is xarray's own; ``dask.config`` ``sporadik.pushdown: False`` hands every one back.
+blocks. A product whose dense result would outgrow the sparse one (nothing summed, as in an
+outer product or a scaling, or a short axis summed) stays sparse, as does any other ``einsum``
+(batch dims, both operands sparse or both dense, a fill value that is not 0): xarray's own.
+``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or
+more operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ import dask
 import numpy as np
 
 __all__ = ["install_products"]
+
+#: Under dask, a product summing at least this many positions of the sparse operand is made
+#: dense (see :func:`_denser_than_summed`): a sum over genes or cells, not over a short axis.
+SUMMED_UNDER_DASK = 64
 
 
 def install_products() -> None:
@@ -49,6 +56,10 @@ def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
         subscripts, left, right = args
         axes = _tensordot_axes(subscripts, left.ndim, right.ndim)
         if axes is None or _kind(left) == _kind(right) or "other" in (_kind(left), _kind(right)):
+            return original(*args, **kwargs)
+        if not _denser_than_summed(
+            *((left, axes.left) if _kind(left) == "sparse" else (right, axes.right))
+        ):
             return original(*args, **kwargs)
         product = contract(left, right, axes)
         return product if _in_order(axes.order) else product.transpose(axes.order)
@@ -115,6 +126,26 @@ def _kind(array: Any) -> str:
     if sparse is not None and type(array) is sparse.COO:
         return "sparse" if _is_zero(array.fill_value) else "other"
     return "dense" if type(array) is np.ndarray else "other"
+
+
+def _denser_than_summed(array: Any, summed: Sequence[int]) -> bool:
+    """Whether the sparse operand holds at least one value per position it sums over, so a
+    dense result is no larger than the sparse one ``sparse.einsum`` would give.
+
+    The dense result has ``array.size / S`` cells per column of the dense operand (``S``: the
+    summed positions), ``sparse``'s about one per stored value: dense wins when the density is at
+    least ``1 / S``. A product that sums nothing (an outer product, a scaling), or sums a short
+    axis of a sparse variable (the third axis of cells x genes x 4), stays sparse. The stored
+    values of dask blocks are not known without reading them: there a sum over at least
+    :data:`SUMMED_UNDER_DASK` positions is taken to pass.
+    """
+    positions = int(np.prod([array.shape[axis] for axis in summed], dtype=np.int64))
+    if not summed or positions == 0:
+        return False
+    nnz = getattr(array, "nnz", None)
+    if not isinstance(nnz, (int, np.integer)):  # dask blocks
+        return positions >= SUMMED_UNDER_DASK
+    return int(nnz) * positions >= int(np.prod(array.shape, dtype=np.int64))
 
 
 def _in_order(axes: Sequence[int]) -> bool:
