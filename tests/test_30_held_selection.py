@@ -121,3 +121,33 @@ def test_pushdown_false_leaves_a_loaded_selection_to_sparse(
         assert select_held(loaded.data, (np.array([3, 1]), slice(None))) is None
         got = loaded.isel(cell=[3, 1])
     np.testing.assert_array_equal(got.data.todense(), dense[[3, 1]])
+
+
+def test_a_loaded_variable_takes_pointwise_indexers_as_the_lazy_one_does(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """xarray refuses vectorized indexing of a ``sparse.COO`` it holds ("Vectorized indexing is
+    not supported"), where the lazy variable takes it."""
+    path, dense = store
+    lazy = xr.open_dataset(path, engine="sporadik")["x"]
+    loaded = xr.open_dataset(path, engine="sporadik")["x"].load()
+    cells = np.array([[3, 3, 49], [0, 17, 3]])
+    genes = np.array([[5, 5, 0], [39, 2, 5]])
+    selections: list[Callable[[xr.DataArray], xr.DataArray]] = [
+        lambda x: x.isel(
+            cell=xr.DataArray(cells, dims=("p", "q")), gene=xr.DataArray(genes, dims=("p", "q"))
+        ),
+        lambda x: x.isel(cell=xr.DataArray([7, 1], dims="p"), gene=xr.DataArray([0, 39], dims="p")),
+        lambda x: x.isel(
+            cell=xr.DataArray(np.zeros(0, dtype=int), dims="p"),
+            gene=xr.DataArray(np.zeros(0, dtype=int), dims="p"),
+        ),
+    ]
+    for select in selections:
+        got, reference = select(loaded), select(lazy)
+        assert got.dims == reference.dims
+        np.testing.assert_array_equal(
+            np.asarray(got.data.todense()), np.asarray(reference.data.todense())
+        )
+    expected = dense[cells, genes]
+    np.testing.assert_array_equal(selections[0](loaded).data.todense(), expected)

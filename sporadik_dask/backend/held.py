@@ -25,11 +25,11 @@ import dask
 import numpy as np
 
 from sporadik_dask.kernels import rows_of_runs
-from sporadik_dask.read.assembly import assemble, descending, slot_table
-from sporadik_dask.read.selection import Selection
+from sporadik_dask.read.assembly import assemble, assemble_points, descending, slot_table
+from sporadik_dask.read.selection import Selection, distinct, normalize_points
 from sporadik_dask.spec import LayoutGeometry
 
-__all__ = ["install_held_selection", "select_held"]
+__all__ = ["install_held_selection", "select_held", "select_held_points"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,7 @@ def install_held_selection() -> None:
         return
     adapter: Any = ArrayApiIndexingAdapter
     adapter._oindex_get = _selecting(adapter._oindex_get)
+    adapter._vindex_get = _selecting_points(adapter._vindex_get)
 
 
 def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,22 +63,89 @@ def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
     return _oindex_get
 
 
-def select_held(array: Any, key: tuple[Any, ...]) -> Any:
-    """The outer selection ``key`` of ``array`` as a ``sparse.COO`` in C order, or None where
-    ``sparse``'s own indexing is to take it (see the module's note)."""
+def _selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _vindex_get(self: Any, indexer: Any) -> Any:
+        selected = select_held_points(self.array, indexer)
+        return original(self, indexer) if selected is None else selected
+
+    return _vindex_get
+
+
+def select_held_points(array: Any, indexer: Any) -> Any:
+    """A vectorized (pointwise) selection of a ``sparse.COO`` in memory, which xarray refuses
+    for it ("Vectorized indexing is not supported") where the same lazy variable takes it: a
+    permuted outer key (a transposed view) as :func:`select_held`, one integer array per axis
+    as the store's reader joins points with runs. None for anything else."""
+    from sporadik_dask.backend.array import outer_of
+
+    if _refused(array):
+        return None
+    outer = outer_of(indexer, array.ndim)
+    if outer is not None:
+        positions, order = outer
+        selected = select_held(array, positions)
+        return None if selected is None else selected.transpose(order)
+    key = indexer.tuple
+    if len(key) != array.ndim or not all(
+        isinstance(part, np.ndarray) and part.dtype.kind in "iu" for part in key
+    ):
+        return None
+    import sparse
+
+    points, shape = normalize_points(key, array.shape)
+    if points[0].size == 0:
+        nothing = np.zeros((len(shape), 0), dtype=np.int64)
+        return sparse.COO(nothing, array.data[:0], shape=shape, fill_value=array.fill_value)
+    unique = distinct(points[0])
+    chosen = np.zeros(array.shape[0], dtype=bool)
+    chosen[unique] = True
+    keep = chosen[array.coords[0]]
+    coords, values = array.coords[:, keep], array.data[keep]
+    asked = unique.astype(coords.dtype, copy=False)
+    lengths = np.searchsorted(coords[0], asked, side="right") - np.searchsorted(coords[0], asked)
+    rest = coords[1:].astype(np.int64, copy=False)
+    indices = rest[0] if array.ndim == 2 else np.ravel_multi_index(tuple(rest), array.shape[1:])
+    rows = _Rows(array.shape, 0, tuple(range(1, array.ndim)))
+    hits, found = assemble_points(points, unique, rows, lengths.astype(np.int64), indices, values)
+    if not shape:
+        return found[0] if found.size else array.fill_value[()]
+    return sparse.COO(
+        np.stack(np.unravel_index(hits, shape)),
+        found,
+        shape=shape,
+        has_duplicates=False,
+        sorted=True,
+        fill_value=array.fill_value,
+    )
+
+
+def _refused(array: Any) -> bool:
+    """Whether ``array`` is not a ``sparse.COO`` of rank 2 or more and a dtype the compiled
+    assembly holds, or the pushdown is switched off: ``sparse``'s to index."""
     import sys
 
     sparse = sys.modules.get("sparse")
-    if (
+    return (
         sparse is None
         or type(array) is not sparse.COO
         or array.ndim < 2
-        or array.dtype.kind not in "biufc"  # what the compiled assembly holds
+        or array.dtype.kind not in "biufc"
+        or not dask.config.get("sporadik.pushdown", True)
+    )
+
+
+def select_held(array: Any, key: tuple[Any, ...]) -> Any:
+    """The outer selection ``key`` of ``array`` as a ``sparse.COO`` in C order, or None where
+    ``sparse``'s own indexing is to take it (see the module's note)."""
+    if (
+        _refused(array)
         or len(key) != array.ndim
         or not any(isinstance(part, (np.ndarray, list)) for part in key)
-        or not dask.config.get("sporadik.pushdown", True)
     ):
         return None
+    import sparse
+
     selection = Selection.from_key(key, array.shape)
     shape = selection.result_shape
     if selection.empty:
