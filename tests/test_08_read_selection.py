@@ -90,3 +90,24 @@ def test_a_slice_of_any_step_selects_what_numpy_does(
     selection = Selection.from_key(slice(start, stop, step), (size, 2))
     np.testing.assert_array_equal(selection.positions[0], np.arange(size)[start:stop:step])
     assert selection.result_shape == (len(np.arange(size)[start:stop:step]), 2)
+
+
+def test_a_slice_along_a_long_axis_holds_its_positions_once() -> None:
+    """One row of a graph of 10^7 nodes: the slice's positions are known sorted and distinct,
+    and each asked position's rank is made only if a read needs it (it had held two arrays the
+    axis's length, and a comparison of every neighbour)."""
+    import tracemalloc
+
+    size = 10**7
+    tracemalloc.start()
+    try:
+        selection = Selection.from_key((3, slice(None)), (10, size))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.2 * 8 * size  # the positions themselves, int64
+    assert selection.whole(1) and selection.unique[1] is selection.positions[1]
+    np.testing.assert_array_equal(selection.inverse[1][:3], [0, 1, 2])
+    unsorted = Selection.from_key((slice(None), [5, 2, 5]), (4, 9))
+    np.testing.assert_array_equal(unsorted.unique[1], [2, 5])
+    np.testing.assert_array_equal(unsorted.inverse[1], [1, 0, 1])

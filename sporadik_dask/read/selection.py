@@ -29,16 +29,38 @@ def distinct(positions: Positions) -> Positions:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
-def _unique_inverse(positions: Positions) -> tuple[Positions, Positions]:
-    """Sorted distinct positions and, for each position asked, its rank among them."""
-    if positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
-        return positions, np.arange(positions.size, dtype=np.int64)
-    order = np.argsort(positions, kind="stable")
-    ordered = positions[order]
-    first = np.concatenate(([True], ordered[1:] != ordered[:-1]))
-    inverse = np.empty(positions.size, dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    return ordered[first], inverse
+def _unique(positions: Positions, ascending: bool) -> Positions:
+    """Sorted distinct positions: ``positions`` itself when known (a slice) or found ascending."""
+    if ascending or positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
+        return positions
+    return distinct(positions)
+
+
+def _inverse(positions: Positions, unique: Positions) -> Positions:
+    """For each position asked, its rank among the sorted distinct ones."""
+    if positions is unique:
+        return np.arange(positions.size, dtype=np.int64)
+    return np.searchsorted(unique, positions).astype(np.int64, copy=False)
+
+
+class _Inverses:
+    """Per axis, each asked position's rank among the sorted distinct ones, made when first
+    asked for: most reads need none, and an axis selected whole (a slice of 10^8 positions, a
+    graph's every node) would otherwise hold an array as long as the axis for nothing."""
+
+    __slots__ = ("_made", "_positions", "_unique")
+
+    def __init__(self, positions: tuple[Positions, ...], unique: tuple[Positions, ...]) -> None:
+        self._positions, self._unique = positions, unique
+        self._made: dict[int, Positions] = {}
+
+    def __getitem__(self, axis: int) -> Positions:
+        if axis not in self._made:
+            self._made[axis] = _inverse(self._positions[axis], self._unique[axis])
+        return self._made[axis]
+
+    def __len__(self) -> int:
+        return len(self._positions)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,7 +77,7 @@ class Selection:
     #: Per axis, the sorted distinct positions: what is read.
     unique: tuple[Positions, ...]
     #: Per axis, for each caller position its index in ``unique``.
-    inverse: tuple[Positions, ...]
+    inverse: _Inverses
     #: Axes an integer selected, which the result drops.
     dropped: tuple[int, ...]
 
@@ -63,12 +85,14 @@ class Selection:
     def from_key(cls, key: Any, shape: Sequence[int]) -> Selection:
         """Resolve ``key`` against ``shape``; see :func:`normalize_key` for what is accepted."""
         positions, dropped = normalize_key(key, shape)
-        pairs = [_unique_inverse(chosen) for chosen in positions]
+        parts = _expand(key if isinstance(key, tuple) else (key,), len(shape))
+        ascending = [isinstance(p, slice) and (p.step is None or p.step > 0) for p in parts]
+        unique = tuple(map(_unique, positions, ascending))
         return cls(
             shape=tuple(int(size) for size in shape),
             positions=tuple(positions),
-            unique=tuple(unique for unique, _ in pairs),
-            inverse=tuple(inverse for _, inverse in pairs),
+            unique=unique,
+            inverse=_Inverses(tuple(positions), unique),
             dropped=dropped,
         )
 
