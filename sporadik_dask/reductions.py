@@ -1074,7 +1074,7 @@ def block_fields(
     if computing_meta:  # numpy, so that dask's later meta steps never call sparse's kernels
         return np.empty((0,) * block.ndim, dtype=np.float64)
     target = Target(tuple(block.shape), tuple(axis))
-    coords, values = _coordinates(block)
+    coords, values = _coordinates(block, op, skipna)
     where, values = target.locate(coords, values)
     fields = fields_of(op, where, values, target.size, skipna=skipna)
     fields["cells"] = np.full(target.size, target.cells(), dtype=np.int64)
@@ -1082,10 +1082,22 @@ def block_fields(
     return {name: array.reshape(kept_shape) for name, array in fields.items()}
 
 
-def _coordinates(block: Any) -> tuple[list[npt.NDArray[Any]], npt.NDArray[Any]]:
-    """A block's coordinates and values: a ``sparse.COO``'s own, or a numpy block's nonzeros."""
+def _coordinates(
+    block: Any, op: Op = "sum", skipna: bool = True
+) -> tuple[list[npt.NDArray[Any]], npt.NDArray[Any]]:
+    """A block's coordinates and values: a ``sparse.COO``'s own, or a numpy block's nonzeros.
+
+    A sparse block whose absent cells are not 0 (its fill value, after ``X + 1``,
+    ``np.exp(X)`` or ``X.where(...)``) is taken as its dense values, so that they count: a pass
+    over the stored values alone would give a wrong sum, mean, minimum or count without a
+    word. One exception keeps the pass: a sum skipping NaN over absent cells that are NaN.
+    """
     if hasattr(block, "coords"):
-        return list(block.coords), np.asarray(block.data)
+        fill = np.asarray(block.fill_value)
+        skipped = op == "sum" and skipna and fill.dtype.kind in "fc" and bool(np.isnan(fill))
+        if bool(fill == 0) or skipped:
+            return list(block.coords), np.asarray(block.data)
+        block = block.todense()
     dense = np.asarray(block)
     nonzero = np.nonzero(dense)
     return list(nonzero), dense[nonzero]
@@ -1178,7 +1190,7 @@ def offset_fields(
     op: Op, target: Target, skipna: bool, dense: bool, block: Any, offsets: tuple[int, ...]
 ) -> Fields | SparseFields:
     """One block's fields over the whole grouped target, its coordinates made global."""
-    coords, values = _coordinates(block)
+    coords, values = _coordinates(block, op, skipna)
     coords = [np.asarray(c, dtype=np.int64) + o for c, o in zip(coords, offsets, strict=True)]
     where, values = target.locate(coords, values)
     return _gather(op, target, where, values, skipna, dense)

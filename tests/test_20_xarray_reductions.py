@@ -175,3 +175,50 @@ def test_a_sum_with_min_count_equals_xarray_over_numpy_in_values_and_dtype(
                 values = np.asarray(result.values)
                 assert values.dtype == expected.dtype, (skipna, min_count, dims)
                 np.testing.assert_allclose(values, expected.values, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
+def test_reductions_after_an_op_that_fills_absent_cells_count_them(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """After X + 1, np.exp(X) or X.where(...), absent cells hold 1 or NaN, not 0: a pass over
+    the stored values alone would give a wrong sum, mean, minimum or count without a word."""
+    path, dense = store
+    if dense.ndim != 2 or dense.dtype.kind != "f":
+        pytest.skip("one float rank-2 store is enough")
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    reference = xr.DataArray(dense, dims=variable.dims)
+    groups = np.arange(dense.shape[0]) % 3
+    cases: list[Any] = [
+        lambda x: (x + 1).sum("cell"),
+        lambda x: np.exp(x).mean("cell"),
+        lambda x: np.exp(x).min("gene"),
+        lambda x: x.where(x > 0.5).mean("cell"),
+        lambda x: x.where(x > 0.5).count("gene"),
+        lambda x: x.where(x > 0.5).sum("cell"),
+        lambda x: (x + 1).assign_coords(g=("cell", groups)).groupby("g").sum(),
+        lambda x: x.where(x > 0.5).assign_coords(g=("cell", groups)).groupby("g").mean(),
+    ]
+    if chunks is None:  # lazily, sparse itself refuses some of these (fill values, nanstd)
+        cases = cases[:1] + cases[3:6]
+    for case in cases:
+        got = case(variable)
+        data = got.data
+        data = data.compute() if hasattr(data, "compute") else data
+        data = data.todense() if isinstance(data, sparse.COO) else np.asarray(data)
+        expected = case(reference).values
+        np.testing.assert_allclose(
+            data.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
+        )
+
+
+def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values() -> None:
+    from sporadik_dask import reductions
+
+    dense = np.array([[0.0, 2.0], [0.0, 0.0], [3.0, 0.0]])
+    block = sparse.COO.from_numpy(dense) + 1.0  # absent cells hold 1
+    assert block.fill_value == 1.0
+    fields = reductions.block_fields(block, "sum", skipna=True, axis=(0,))
+    np.testing.assert_allclose(fields["total"].ravel(), (dense + 1.0).sum(axis=0))
