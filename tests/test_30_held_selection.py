@@ -151,3 +151,18 @@ def test_a_loaded_variable_takes_pointwise_indexers_as_the_lazy_one_does(
         )
     expected = dense[cells, genes]
     np.testing.assert_array_equal(selections[0](loaded).data.todense(), expected)
+
+
+def test_chunking_a_variable_after_its_data_was_read_keeps_blocks_sparse(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """Once ``.data`` was read, xarray holds the ``sparse.COO``; its dask manager would chunk it
+    with numpy meta and dense blocks."""
+    path, dense = store
+    ds = xr.open_dataset(path, engine="sporadik")
+    assert isinstance(ds["x"].data, sparse.COO)  # read, and kept by xarray
+    chunked = ds.chunk({"cell": 7})["x"]
+    assert isinstance(chunked.data._meta, sparse.COO)
+    assert isinstance(chunked.data.blocks[0, 0].compute(), sparse.COO)
+    np.testing.assert_array_equal(chunked.data.compute().todense(), dense)
+    np.testing.assert_array_equal(chunked.sum("cell").values, dense.sum(axis=0))

@@ -90,15 +90,24 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     other array."""
     import dask.array as da
     import sparse
-
-    beneath = backend_under(data)
-    backend = beneath.backend
-    if backend is None:
-        return None
     from dask.base import tokenize
 
     # the reading stack, loaded on first use
     from sporadik_dask.read.window import READ_PREFIX
+
+    beneath = backend_under(data)
+    backend = beneath.backend
+    if backend is None:
+        held = _held_sparse(data)
+        if held is None:
+            return None
+        # read already (xarray keeps what ``.data`` read): blocks of it, sparse; named as a
+        # read, so reductions of it take the pass over stored values
+        name = f"{READ_PREFIX}{kwargs.get('name') or tokenize(held, chunks)}"
+        meta = sparse.COO.from_numpy(np.zeros((0,) * held.ndim, dtype=held.dtype))
+        return da.from_array(
+            held, chunks, **{**kwargs, "meta": meta, "asarray": False, "name": name}
+        )
 
     kwargs = {
         **kwargs,
@@ -111,6 +120,21 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
         # dask's own getter over the reader: blocks are sparse, slices fuse
         return da.from_array(backend.reader, chunks, **kwargs)
     return da.from_array(data, chunks, getitem=_getter, **kwargs)
+
+
+def _held_sparse(data: Any) -> Any:
+    """The ``sparse.COO`` an xarray in-memory wrapper holds (``MemoryCachedArray`` once
+    ``.data`` was read), or None: dask's manager would give it numpy meta and dense blocks."""
+    import sparse
+    from xarray.core import indexing
+
+    while data is not None:
+        if type(data) is sparse.COO:
+            return data
+        if isinstance(data, (indexing.LazilyIndexedArray, indexing.LazilyVectorizedIndexedArray)):
+            return None
+        data = getattr(data, "array", None)
+    return None
 
 
 def plain_dask_array(x: Any) -> Any:
