@@ -1074,12 +1074,45 @@ def block_fields(
     if computing_meta:  # numpy, so that dask's later meta steps never call sparse's kernels
         return np.empty((0,) * block.ndim, dtype=np.float64)
     target = Target(tuple(block.shape), tuple(axis))
-    coords, values = _coordinates(block, op, skipna)
-    where, values = target.locate(coords, values)
+    fill = _absent_value(block)
+    coords, values = (list(block.coords), block.data) if fill is not None else _coordinates(block)
+    where, values = target.locate(coords, np.asarray(values))
     fields = fields_of(op, where, values, target.size, skipna=skipna)
+    if fill is not None:  # absent cells hold ``fill``: each counts as that value
+        absent = target.cells() - np.bincount(where, minlength=target.size)
+        _count_absent(fields, op, fill, absent)
     fields["cells"] = np.full(target.size, target.cells(), dtype=np.int64)
     kept_shape = tuple(1 if a in axis else block.shape[a] for a in range(block.ndim))
     return {name: array.reshape(kept_shape) for name, array in fields.items()}
+
+
+def _absent_value(block: Any) -> Any:
+    """A sparse block's fill value when it is not 0 (after ``X + 1``, ``np.exp(X)``,
+    ``X.where(...)``, absent cells hold 1 or NaN), else None."""
+    if not hasattr(block, "coords"):
+        return None
+    fill = np.asarray(block.fill_value)
+    return None if bool(fill == 0) else fill[()]
+
+
+def _count_absent(fields: Fields, op: Op, fill: Any, absent: npt.NDArray[np.int64]) -> None:
+    """Fields over the stored values, completed in place with ``absent`` cells of ``fill`` per
+    output cell: NaN ones are missing values (skipped, or poisoning without ``skipna``), other
+    values add to the total, the squares and the extremes."""
+    if np.isnan(fill):
+        fields["nans"] = fields["nans"] + absent
+        return
+    if "total" in fields:
+        fields["total"] = fields["total"] + fill * absent
+    if "squares" in fields:
+        fields["squares"] = fields["squares"] + (fill * np.conj(fill)).real * absent
+    if op in ("max", "min"):
+        pick = np.maximum if op == "max" else np.minimum
+        extreme = fields[op]
+        fields[op] = np.where(
+            absent > 0, pick(extreme, np.asarray(fill, dtype=extreme.dtype)), extreme
+        )
+        fields["stored"] = fields["stored"] + absent
 
 
 def _coordinates(
