@@ -1102,16 +1102,18 @@ def _count_absent(fields: Fields, op: Op, fill: Any, absent: npt.NDArray[np.int6
     if np.isnan(fill):
         fields["nans"] = fields["nans"] + absent
         return
-    if "total" in fields:
-        fields["total"] = fields["total"] + fill * absent
-    if "squares" in fields:
-        fields["squares"] = fields["squares"] + (fill * np.conj(fill)).real * absent
+    some = absent > 0  # an infinite fill times no absent cell adds nothing, not NaN
+    with np.errstate(invalid="ignore"):
+        if "total" in fields:
+            fields["total"] = fields["total"] + np.where(some, fill * absent, 0)
+        if "squares" in fields:
+            squares = (fill * np.conj(fill)).real * absent
+            fields["squares"] = fields["squares"] + np.where(some, squares, 0)
     if op in ("max", "min"):
         pick = np.maximum if op == "max" else np.minimum
         extreme = fields[op]
-        fields[op] = np.where(
-            absent > 0, pick(extreme, np.asarray(fill, dtype=extreme.dtype)), extreme
-        )
+        filled = pick(extreme, np.asarray(fill, dtype=extreme.dtype))
+        fields[op] = np.where(some, filled, extreme)
         fields["stored"] = fields["stored"] + absent
 
 
