@@ -106,6 +106,15 @@ def _add_into(size: int, where: npt.NDArray[np.int64], values: npt.NDArray[Any])
     return out
 
 
+def _widened(op: Op, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Integer values as float64 for a mean, variance or deviation, as numpy accumulates them:
+    their totals in int64 would wrap (int64 values near 2**62, the squares of int32 values near
+    2**31) and give 0 where numpy gives the mean."""
+    if op in ("mean", "var", "std") and values.dtype.kind in "biu":
+        return values.astype(np.float64)
+    return values
+
+
 def fields_of(
     op: Op,
     where: npt.NDArray[np.int64],
@@ -116,6 +125,7 @@ def fields_of(
 ) -> Fields:
     """The fields ``op`` needs, per output cell, from values stored at output cells ``where``."""
     needs = _needs(op)
+    values = _widened(op, values)
     nan = np.isnan(values) if values.dtype.kind in "fc" else None
     fields: Fields = {}
     if nan is not None and nan.any():
@@ -403,7 +413,7 @@ def _gather(
 ) -> Fields | SparseFields:
     if dense:
         return fields_of(op, where, values, target.size, skipna=skipna)
-    return sparse_fields_of(where, values, skipna=skipna)
+    return sparse_fields_of(where, _widened(op, values), skipna=skipna)
 
 
 def _combine(op: Op, parts: Sequence[Fields | SparseFields]) -> Fields | SparseFields:
@@ -710,6 +720,7 @@ def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> _Affin
         dtype.kind not in "fiu"
         or op in ("max", "min")
         or (op in ("var", "std") and dtype.kind != "f")
+        or (op == "mean" and dtype.kind in "iu" and dtype.itemsize == 8)  # see _widened
     ):
         return None
     out = target.out_shape
@@ -1103,6 +1114,8 @@ def _count_absent(fields: Fields, op: Op, fill: Any, absent: npt.NDArray[np.int6
         fields["nans"] = fields["nans"] + absent
         return
     some = absent > 0  # an infinite fill times no absent cell adds nothing, not NaN
+    if op in ("mean", "var", "std"):
+        fill = _widened(op, np.asarray(fill))[()]  # as the stored values were
     with np.errstate(invalid="ignore"):
         if "total" in fields:
             fields["total"] = fields["total"] + np.where(some, fill * absent, 0)

@@ -239,3 +239,28 @@ def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values(
     assert logged.fill_value == -np.inf  # the second column is stored whole: it adds no -inf
     fields = reductions.block_fields(logged, "sum", skipna=True, axis=(0,))
     np.testing.assert_allclose(fields["total"].ravel(), [-np.inf, np.log(6.0)])
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 64}], ids=["lazy", "chunks={}", "chunks=64"])
+def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
+    tmp_path: Path, chunks: Any
+) -> None:
+    """int64 values near 2**62, and the squares of int32 values near 2**31, wrap in int64: the
+    mean or variance came out 0."""
+    big = np.zeros((200, 3), dtype=np.int64)
+    big[::2] = 2**62
+    wide = np.zeros((100, 3), dtype=np.int32)
+    wide[::10] = 2_000_000_000
+    for name, dense in [("big", big), ("wide", wide)]:
+        path = tmp_path / f"{name}-{chunks!r}.zarr"
+        sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
+        variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)
+        x = variable[next(iter(variable.data_vars))]
+        for op in ("mean", "var", "std"):
+            got = np.asarray(getattr(x, op)("cell").values)
+            np.testing.assert_allclose(got, getattr(np, op)(dense, axis=0), rtol=1e-9)
+    if chunks == {}:
+        shifted = (x.astype("int64") + 2**62).mean("cell").values  # absent cells hold 2**62
+        expected = (wide.astype(np.int64) + 2**62).mean(axis=0)
+        np.testing.assert_allclose(shifted, expected, rtol=1e-9)
