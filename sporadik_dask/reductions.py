@@ -1085,7 +1085,7 @@ def block_fields(
     if computing_meta:  # numpy, so that dask's later meta steps never call sparse's kernels
         return np.empty((0,) * block.ndim, dtype=np.float64)
     target = Target(tuple(block.shape), tuple(axis))
-    fill = _absent_value(block)
+    fill = absent_value(block)
     coords, values = (list(block.coords), block.data) if fill is not None else _coordinates(block)
     where, values = target.locate(coords, np.asarray(values))
     fields = fields_of(op, where, values, target.size, skipna=skipna)
@@ -1097,7 +1097,7 @@ def block_fields(
     return {name: array.reshape(kept_shape) for name, array in fields.items()}
 
 
-def _absent_value(block: Any) -> Any:
+def absent_value(block: Any) -> Any:
     """A sparse block's fill value when it is not 0 (after ``X + 1``, ``np.exp(X)``,
     ``X.where(...)``, absent cells hold 1 or NaN), else None."""
     if not hasattr(block, "coords"):
@@ -1141,9 +1141,9 @@ def _coordinates(
     word. One exception keeps the pass: a sum skipping NaN over absent cells that are NaN.
     """
     if hasattr(block, "coords"):
-        fill = np.asarray(block.fill_value)
-        skipped = op == "sum" and skipna and fill.dtype.kind in "fc" and bool(np.isnan(fill))
-        if bool(fill == 0) or skipped:
+        fill = absent_value(block)
+        skipped = op == "sum" and skipna and fill is not None and bool(np.isnan(fill))
+        if fill is None or skipped:
             return list(block.coords), np.asarray(block.data)
         block = block.todense()
     dense = np.asarray(block)

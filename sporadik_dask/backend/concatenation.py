@@ -54,10 +54,9 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
         or not isinstance(first, sparse.COO)
         or not all(type(a) is sparse.COO for a in arrays)
         or not _one_index_dtype(arrays, axis)
-        or not isinstance(axis, (int, np.integer))
+        or not _within(axis, first.ndim)
         or first.ndim < 2
         or any(a.ndim != first.ndim for a in arrays)
-        or not -first.ndim <= axis < first.ndim
         or axis % first.ndim == 0
         or any(not _same_fill(a.fill_value, first.fill_value) for a in arrays)
         or any(a.shape[:axis] != first.shape[:axis] for a in arrays)
@@ -86,6 +85,7 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
 
 
 def _within(axis: Any, ndim: int) -> bool:
+    """Whether ``axis`` is an integer naming one of ``ndim`` axes (negative from the end)."""
     return isinstance(axis, (int, np.integer)) and bool(-ndim <= axis < ndim)
 
 

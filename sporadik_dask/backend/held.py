@@ -98,16 +98,9 @@ def select_held_points(array: Any, indexer: Any) -> Any:
         nothing = np.zeros((len(shape), 0), dtype=np.int64)
         return sparse.COO(nothing, array.data[:0], shape=shape, fill_value=array.fill_value)
     unique = distinct(points[0])
-    chosen = np.zeros(array.shape[0], dtype=bool)
-    chosen[unique] = True
-    keep = chosen[array.coords[0]]
-    coords, values = array.coords[:, keep], array.data[keep]
-    asked = unique.astype(coords.dtype, copy=False)
-    lengths = np.searchsorted(coords[0], asked, side="right") - np.searchsorted(coords[0], asked)
-    rest = coords[1:].astype(np.int64, copy=False)
-    indices = rest[0] if array.ndim == 2 else np.ravel_multi_index(tuple(rest), array.shape[1:])
+    lengths, indices, values = _kept_runs(array, _inside(array, 0, unique), unique)
     rows = _Rows(array.shape, 0, tuple(range(1, array.ndim)))
-    hits, found = assemble_points(points, unique, rows, lengths.astype(np.int64), indices, values)
+    hits, found = assemble_points(points, unique, rows, lengths, indices, values)
     if not shape:
         return found[0] if found.size else array.fill_value[()]
     return sparse.COO(
@@ -167,25 +160,9 @@ def select_held(array: Any, key: tuple[Any, ...]) -> Any:
     keep = None  # values in a selected position on every axis, before any is assembled
     for axis in range(array.ndim):
         if selection.narrow(axis):
-            chosen = np.zeros(array.shape[axis], dtype=bool)
-            chosen[selection.unique[axis]] = True
-            inside = chosen[array.coords[axis]]
+            inside = _inside(array, axis, selection.unique[axis])
             keep = inside if keep is None else np.logical_and(keep, inside, out=keep)
-    if keep is None:
-        coords, values = array.coords, array.data.copy()  # assemble may permute values in place
-    else:  # row by row: numpy's 2-D boolean take along axis 1 is 2-3x slower
-        kept = int(np.count_nonzero(keep))
-        coords = np.empty((array.ndim, kept), dtype=array.coords.dtype)
-        for axis in range(array.ndim):
-            np.compress(keep, array.coords[axis], out=coords[axis])
-        values = array.data[keep]
-    # the first axis is sorted: each selected row's run bounded by two binary searches
-    rows_asked = selection.unique[0].astype(coords.dtype, copy=False)
-    lengths = np.searchsorted(coords[0], rows_asked, side="right") - np.searchsorted(
-        coords[0], rows_asked
-    )
-    rest = coords[1:]
-    indices = rest[0] if array.ndim == 2 else np.ravel_multi_index(tuple(rest), array.shape[1:])
+    lengths, indices, values = _kept_runs(array, keep, selection.unique[0])
     coords, values = assemble(selection, rows, lengths, indices, values)
     if not shape:  # one cell: a scalar, as sparse and numpy give
         return values[0] if values.size else array.fill_value[()]
@@ -197,6 +174,32 @@ def select_held(array: Any, key: tuple[Any, ...]) -> Any:
         sorted=True,
         fill_value=array.fill_value,
     )
+
+
+def _inside(array: Any, axis: int, positions: Any) -> Any:
+    """Which stored values lie at one of ``positions`` along ``axis``: one table lookup each."""
+    chosen = np.zeros(array.shape[axis], dtype=bool)
+    chosen[positions] = True
+    return chosen[array.coords[axis]]
+
+
+def _kept_runs(array: Any, keep: Any, rows: Any) -> tuple[Any, Any, Any]:
+    """The runs of the sorted distinct ``rows`` among the values ``keep`` marks (every value
+    when None), as a read hands them to the assembly: each run's length, the values' indices
+    raveled over the other axes, and the values (a copy: the assembly may permute them)."""
+    if keep is None:
+        coords, values = array.coords, array.data.copy()
+    else:  # row by row: numpy's 2-D boolean take along axis 1 is 2-3x slower
+        coords = np.empty((array.ndim, int(np.count_nonzero(keep))), dtype=array.coords.dtype)
+        for axis in range(array.ndim):
+            np.compress(keep, array.coords[axis], out=coords[axis])
+        values = array.data[keep]
+    # the first axis is sorted: each row's run bounded by two binary searches
+    asked = rows.astype(coords.dtype, copy=False)
+    lengths = np.searchsorted(coords[0], asked, side="right") - np.searchsorted(coords[0], asked)
+    rest = coords[1:]
+    indices = rest[0] if array.ndim == 2 else np.ravel_multi_index(tuple(rest), array.shape[1:])
+    return lengths.astype(np.int64, copy=False), indices, values
 
 
 def _rank2_direct(array: Any, selection: Selection) -> Any:

@@ -196,8 +196,8 @@ def _pushed_data(
     # the selection, read once as a sparse.COO; or held in memory since a first reduction read
     # it, reduced the same way so that a second reduction gives what the first did
     selected = variable.data
-    if not hasattr(selected, "coords") or not zero_fill(selected):
-        return None
+    if not hasattr(selected, "coords") or reductions.absent_value(selected) is not None:
+        return None  # absent cells of another value (after X + 1): xarray's own path
     return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
 
 
@@ -389,11 +389,3 @@ def _is_sporadik_dask(data: Any) -> bool:
     if not isinstance(data, da.Array) or not hasattr(data._meta, "coords"):
         return False
     return any(str(name).startswith(READ_PREFIXES) for name in data.dask.layers)
-
-
-def zero_fill(array: Any) -> bool:
-    """Whether a sparse array's absent cells are 0 (or False), as a pass over its stored values
-    takes them to be: after ``X + 1`` they are 1, after ``X.where(...)`` NaN, and such a pass
-    would give a wrong sum, mean, minimum or count without a word."""
-    fill = getattr(array, "fill_value", 0)
-    return bool(np.asarray(fill == 0).all())
