@@ -159,8 +159,7 @@ def commit_block(store: Any, block: Block, location: str, token: str | None) -> 
     """
     root = zarr.open_group(store, mode="r+", zarr_format=3)
     attributes = dict(root.attrs)
-    written = json.loads(json.dumps(block.to_json()))  # as it reads back: lists, not tuples
-    if WRITING_KEY not in attributes and attributes.get(BLOCK_KEY) == written:
+    if _holds(attributes, block):
         return  # committed already: the same write computed twice together, or committed again
     if token is not None and attributes.pop(WRITING_KEY, None) != token:
         raise SporadikError(
@@ -178,7 +177,12 @@ def is_committed(store: Any, block: Block) -> bool:
         attributes = dict(zarr.open_group(store, mode="r", zarr_format=3).attrs)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):
         return False
-    written = json.loads(json.dumps(block.to_json()))
+    return _holds(attributes, block)
+
+
+def _holds(attributes: dict[str, Any], block: Block) -> bool:
+    """Whether root attributes hold ``block`` and no write's mark."""
+    written = json.loads(json.dumps(block.to_json()))  # as it reads back: lists, not tuples
     return WRITING_KEY not in attributes and attributes.get(BLOCK_KEY) == written
 
 

@@ -218,7 +218,7 @@ class StoreWrite(DaskMethodsMixin):
             if client is not None:
                 self.wait(client, self.futures(client))
             else:
-                with _own_pool(get, options):
+                with _tracking_dask_pool(get, options):
                     get(self._graph, list(self._keys), **options)
                 self._done = True
         finally:
@@ -265,7 +265,8 @@ class _Tracked:
 
 
 def _dask_pool(num_workers: int | None) -> Any:
-    """The pool ``dask.threaded.get`` would pick for this thread and thread count."""
+    """The pool ``dask.threaded.get`` would pick for this thread and thread count, made as it
+    makes one: dask has no public call that returns it."""
     thread = threading.current_thread()
     with dask.threaded.pools_lock:
         if num_workers is None and thread is threading.main_thread():
@@ -286,7 +287,7 @@ def _pool_class() -> Any:
 
 
 @contextlib.contextmanager
-def _own_pool(get: Any, options: dict[str, Any]) -> Iterator[None]:
+def _tracking_dask_pool(get: Any, options: dict[str, Any]) -> Iterator[None]:
     """Run a threaded write on dask's pool, and on any exit wait for its tasks still running.
 
     Interrupted (Ctrl-C) or failed, dask's threaded scheduler returns while its threads go on
