@@ -55,11 +55,11 @@ def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(*args, **kwargs)
         subscripts, left, right = args
         axes = _tensordot_axes(subscripts, left.ndim, right.ndim)
-        if axes is None or _kind(left) == _kind(right) or "other" in (_kind(left), _kind(right)):
+        kinds = (_kind(left), _kind(right))
+        if axes is None or kinds[0] == kinds[1] or "other" in kinds:
             return original(*args, **kwargs)
-        if not _denser_than_summed(
-            *((left, axes.left) if _kind(left) == "sparse" else (right, axes.right))
-        ):
+        sparse_side = (left, axes.left) if kinds[0] == "sparse" else (right, axes.right)
+        if not _denser_than_summed(*sparse_side):
             return original(*args, **kwargs)
         product = contract(left, right, axes)
         return product if _in_order(axes.order) else product.transpose(axes.order)
