@@ -488,7 +488,9 @@ def _add_runs(
     values: Any,
     skipna: bool,
     total: Any,
-    squares: Any,
+    stored: Any,
+    mean: Any,
+    m2: Any,
     nans: Any,
 ) -> int:
     i = 0
@@ -517,9 +519,13 @@ def _add_runs(
                     continue
             if total.size:
                 total[cell] += value
-            if squares.size:
-                wide = value * 1.0  # squared in float64, as numpy squares the widened values
-                squares[cell] += wide * wide
+            if m2.size:  # Welford's update: no sum of squares to cancel against the mean's
+                wide = value * 1.0
+                count = stored[cell] + 1
+                delta = wide - mean[cell]
+                mean[cell] += delta / count
+                m2[cell] += delta * (wide - mean[cell])
+                stored[cell] = count
     return -1
 
 
@@ -534,12 +540,13 @@ def add_runs(
     lookup: npt.NDArray[Any],
     skipna: bool,
     total: npt.NDArray[Any],
-    squares: npt.NDArray[Any],
+    moments: tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[Any]],
     nans: npt.NDArray[np.int64],
 ) -> bool:
     """Adds runs of values into dense fields in place, in one pass: value ``i`` of run ``r``
     lands in cell ``bases[r] + indices[i] * stride`` (``bases[r]`` -1: nowhere), its total into
-    ``total``, its square into ``squares`` (either may be empty: not wanted), a NaN counted in
+    ``total``, its count, mean and sum of squared deviations into ``moments`` (by Welford's
+    update; any may be empty: not wanted), a NaN counted in
     ``nans`` (and left out of the sums under ``skipna``). A non-empty ``lookup`` maps each index
     first (a position to its group, -1: nowhere), so the index is the grouped axis's position.
 
@@ -551,7 +558,7 @@ def add_runs(
     """
     try:
         bad = _add_runs(
-            bases, lengths, indices, extent, lookup, stride, values, skipna, total, squares, nans
+            bases, lengths, indices, extent, lookup, stride, values, skipna, total, *moments, nans
         )
     except (numba.core.errors.TypingError, NotImplementedError):
         return False

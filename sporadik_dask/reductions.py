@@ -8,11 +8,14 @@ zeros are known by count (cells per output cell minus values stored there). So e
 here is a few ``bincount`` passes over values and coordinates:
 
 1. Per output cell, accumulate the *fields* the reduction needs: the sum of the values (NaN left
-   out under ``skipna``), the sum of squares, how many values are stored, how many are NaN, the
-   largest or smallest stored value.
-2. Fields of pieces (dask blocks, batches of a layout's runs) combine by adding, or by ``max``.
+   out under ``skipna``), how many values are stored, how many are NaN, the largest or smallest
+   stored value; for a variance, the stored values' count, mean and sum of squared deviations
+   from it (``m2``), never a sum of squares, whose difference with ``n * mean**2`` loses every
+   digit when the mean is large against the spread.
+2. Fields of pieces (dask blocks, batches of a layout's runs) combine by adding, by ``max``, or
+   for the moments by Chan's formula (dask's ``moment_combine``).
 3. The result follows from the fields and the number of cells each output cell covers, with
-   numpy's dtypes and NaN semantics.
+   numpy's dtypes and NaN semantics; the implicit zeros join the moments as one more piece.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -56,6 +60,9 @@ OPS: tuple[Op, ...] = ("sum", "mean", "max", "min", "count", "var", "std")
 
 Fields = dict[str, npt.NDArray[Any]]
 _T = TypeVar("_T")
+#: The fields of a variance: how many values, their mean, and the sum of their squared
+#: deviations from it, merged only together (:func:`combine_moments`).
+MOMENTS = ("stored", "mean", "m2")
 
 
 #: Groups up to which a dense grouped reduction reads a layout indexed by the grouped axis
@@ -72,8 +79,32 @@ def _needs(op: Op) -> tuple[str, ...]:
     if op in ("max", "min"):
         return (op, "stored", "nans")
     if op in ("var", "std"):
-        return ("total", "squares", "nans")
+        return (*MOMENTS, "nans")
     return ("total", "nans") if op == "mean" else ("nans",)
+
+
+def reduced_axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    """``axis`` (an int or a sequence of them) as sorted axes of an array of ``ndim`` axes,
+    refused as numpy refuses it: an axis past either end is an ``AxisError``, a repeated one a
+    ``ValueError``. Taking it modulo ``ndim`` would reduce another axis without a word."""
+    chosen = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    axes = []
+    for a in chosen:
+        a = operator.index(a)
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim)
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(sorted(axes))
+
+
+def refuse_empty(op: str, shape: Sequence[int], axes: Sequence[int]) -> None:
+    """Raises numpy's ``ValueError`` for a maximum or minimum over an axis of no position:
+    with no value, the result would be made up (0, -1, NaN by dtype)."""
+    if op in ("max", "min") and any(shape[a] == 0 for a in axes):
+        name = "maximum" if op == "max" else "minimum"
+        raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
 
 
 def result_dtype(op: Op, dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -136,10 +167,9 @@ def fields_of(
         fields["nans"] = np.zeros(size, dtype=np.int64)
     if "total" in needs:
         fields["total"] = _add_into(size, where, values)
-    if "squares" in needs:
-        wide = values.astype(_accumulator(values.dtype), copy=False)
-        fields["squares"] = _add_into(size, where, (wide * np.conj(wide)).real)
-    if "stored" in needs:
+    if "m2" in needs:  # two passes over values in memory: the mean, then deviations from it
+        fields.update(zip(MOMENTS, _moments_of(size, where, values), strict=True))
+    elif "stored" in needs:
         fields["stored"] = np.bincount(where, minlength=size)
     if op in ("max", "min"):
         ufunc = np.maximum if op == "max" else np.minimum
@@ -153,11 +183,51 @@ def fields_of(
     return fields
 
 
+def _moments_of(
+    size: int, where: npt.NDArray[np.int64], values: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[np.float64]]:
+    """The count, mean and sum of squared deviations of the values landing in each cell."""
+    stored = np.bincount(where, minlength=size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(stored > 0, _add_into(size, where, values) / stored, 0)
+    deviation = values.astype(mean.dtype, copy=False) - mean[where]
+    m2 = _add_into(size, where, (deviation * np.conj(deviation)).real)
+    return stored, mean, m2
+
+
+def combine_moments(
+    stored: npt.NDArray[Any], mean: npt.NDArray[Any], m2: npt.NDArray[Any], axis: Any
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[np.float64]]:
+    """The moments of pieces laid along ``axis``, combined by Chan's formula: the counts add,
+    the mean is the pieces' means weighted by their counts, and each piece's mean's distance
+    from it adds its count times its square to the pieces' ``m2``s. Every term is a deviation,
+    so nothing cancels. A piece of no value has mean 0 and adds nothing."""
+    count = stored.sum(axis=axis, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weighted = np.where(stored > 0, stored * mean, 0).sum(axis=axis, keepdims=True)
+        overall = np.where(count > 0, weighted / count, 0)
+        # a lone piece keeps its own mean exactly (an infinite one included)
+        alone = (stored > 0).sum(axis=axis, keepdims=True) == 1
+        only = np.where(stored > 0, mean, 0).sum(axis=axis, keepdims=True)
+        overall = np.where(alone, only, overall)
+        apart = np.where(stored > 0, mean - overall, 0)
+        spread = np.where(stored > 0, m2 + stored * (apart * np.conj(apart)).real, 0)
+    return count, overall, spread.sum(axis=axis, keepdims=True).real
+
+
 def merge_into(into: Fields, part: Fields) -> Fields:
-    """``part``'s fields added (or max'd, min'd) into ``into``'s, in place."""
+    """``part``'s fields added (or max'd, min'd, the moments combined) into ``into``'s, in
+    place."""
+    with_moments = "m2" in part
     for name, array in part.items():
+        if with_moments and name in MOMENTS:
+            continue
         ufunc = {"max": np.maximum, "min": np.minimum}.get(name, np.add)
         ufunc(into[name], array, out=into[name])
+    if with_moments:
+        stored, mean, m2 = (np.stack((into[name], part[name])) for name in MOMENTS)
+        for name, array in zip(MOMENTS, combine_moments(stored, mean, m2, 0), strict=True):
+            into[name][...] = array[0]
     return into
 
 
@@ -195,10 +265,9 @@ def finish(
         elif op == "mean":
             result = fields["total"] / valid
         elif op in ("var", "std"):
-            mean = fields["total"] / valid
-            spread = fields["squares"] - valid * (mean * np.conj(mean)).real
-            result = np.maximum(spread, 0) / (valid - ddof)
-            result = np.where(valid - ddof > 0, result, np.nan)
+            result = _spread(fields, valid) / np.maximum(valid - ddof, 0)
+            if skipna:  # numpy's nanvar: no degree of freedom left is missing, not infinite
+                result = np.where(valid - ddof > 0, result, np.nan)
             if op == "std":
                 result = np.sqrt(result)
         else:
@@ -212,6 +281,16 @@ def finish(
         if dtype.kind in "fc":
             result = np.where(poisoned, np.nan, result)
     return np.asarray(result).astype(out_dtype, copy=False)
+
+
+def _spread(fields: Fields, valid: Any) -> Any:
+    """The sum of squared deviations over ``valid`` cells per output cell: the stored values'
+    moments joined by those of the implicit zeros (``valid - stored`` cells of mean 0)."""
+    stored, mean = fields["stored"], fields["mean"]
+    zeros = valid - stored
+    with np.errstate(divide="ignore", invalid="ignore"):
+        joined = (mean * np.conj(mean)).real * (stored * zeros / np.maximum(valid, 1))
+    return fields["m2"] + np.where(zeros > 0, joined, 0)
 
 
 class Grouping(NamedTuple):
@@ -719,7 +798,6 @@ def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> _Affin
     if (
         dtype.kind not in "fiu"
         or op in ("max", "min")
-        or (op in ("var", "std") and dtype.kind != "f")
         or (op == "mean" and dtype.kind in "iu" and dtype.itemsize == 8)  # see _widened
     ):
         return None
@@ -792,6 +870,13 @@ def store_fields(
     if strides is not None and strides.grouped and grouping is not None:  # narrow, for the cache
         lookup = grouping.codes.astype(np.min_scalar_type(-max(grouping.size, 1)))
 
+    none_stored = np.zeros(0, np.int64)
+    moments = (
+        (fields["stored"], fields["mean"], fields["m2"])
+        if "m2" in fields
+        else (none_stored, empty, empty)
+    )
+
     def add(bases: Any, lengths: Any, indices: Any, stride: int, values: Any) -> bool:
         return add_runs(
             bases,
@@ -803,7 +888,7 @@ def store_fields(
             lookup=lookup,
             skipna=skipna,
             total=fields.get("total", empty),
-            squares=fields.get("squares", empty),
+            moments=moments,
             nans=fields["nans"],
         )
 
@@ -1109,7 +1194,7 @@ def absent_value(block: Any) -> Any:
 def _count_absent(fields: Fields, op: Op, fill: Any, absent: npt.NDArray[np.int64]) -> None:
     """Fields over the stored values, completed in place with ``absent`` cells of ``fill`` per
     output cell: NaN ones are missing values (skipped, or poisoning without ``skipna``), other
-    values add to the total, the squares and the extremes."""
+    values add to the total, the moments and the extremes."""
     if np.isnan(fill):
         fields["nans"] = fields["nans"] + absent
         return
@@ -1119,9 +1204,10 @@ def _count_absent(fields: Fields, op: Op, fill: Any, absent: npt.NDArray[np.int6
     with np.errstate(invalid="ignore"):
         if "total" in fields:
             fields["total"] = fields["total"] + np.where(some, fill * absent, 0)
-        if "squares" in fields:
-            squares = (fill * np.conj(fill)).real * absent
-            fields["squares"] = fields["squares"] + np.where(some, squares, 0)
+    if "m2" in fields:  # the absent cells are one more piece: ``absent`` values of ``fill``
+        filled = np.full(absent.shape, fill, dtype=fields["mean"].dtype)
+        pieces = (absent, filled, np.zeros(absent.shape))
+        merge_into(fields, dict(zip(MOMENTS, pieces, strict=True)))
     if op in ("max", "min"):
         pick = np.maximum if op == "max" else np.minimum
         extreme = fields[op]
@@ -1171,10 +1257,18 @@ def combine_fields(
     while isinstance(first, list):
         first = first[0]
     combined: Fields = {}
-    for name in first:
-        joined = _concatenate2(deepmap(lambda part, n=name: part[n], parts), axes=list(axis))
-        reducer = {"max": np.max, "min": np.min}.get(name, np.sum)
-        combined[name] = reducer(joined, axis=axis, keepdims=True)
+    joined = {
+        name: _concatenate2(deepmap(lambda part, n=name: part[n], parts), axes=list(axis))
+        for name in first
+    }
+    with_moments = "m2" in joined
+    for name, array in joined.items():
+        if not (with_moments and name in MOMENTS):
+            reducer = {"max": np.max, "min": np.min}.get(name, np.sum)
+            combined[name] = reducer(array, axis=axis, keepdims=True)
+    if with_moments:
+        moments = combine_moments(joined["stored"], joined["mean"], joined["m2"], axis)
+        combined.update(zip(MOMENTS, moments, strict=True))
     return combined
 
 

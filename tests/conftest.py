@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
     from tests.helpers import S3Bucket
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# no deadline for any example: the suite must pass on a loaded machine, where a plan test took
+# past hypothesis's 200 ms default
+settings.register_profile("sporadik", deadline=None)
+settings.load_profile("sporadik")
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,7 @@ def install_reductions() -> None:
     """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
     idempotent, and a no-op for every other variable."""
     from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
+    from xarray.core.resample import DataArrayResample
     from xarray.core.variable import Variable
 
     if getattr(Variable.reduce, "pushes_sporadik_down", False):
@@ -47,12 +48,12 @@ def install_reductions() -> None:
     DatasetGroupBy._flox_reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
         DatasetGroupBy._flox_reduce, by_name=True
     )
-    DataArrayGroupBy.reduce = _grouped_pushing_down(  # type: ignore[method-assign]
-        DataArrayGroupBy.reduce, by_name=False
-    )
-    DataArrayGroupBy._flox_reduce = _grouped_pushing_down(  # type: ignore[method-assign]
-        DataArrayGroupBy._flox_reduce, by_name=True
-    )
+    # a DataArray's resample shares no method with its groupby: each is wrapped
+    for cls in (DataArrayGroupBy, DataArrayResample):
+        cls.reduce = _grouped_pushing_down(cls.reduce, by_name=False)  # type: ignore[method-assign]
+        cls._flox_reduce = _grouped_pushing_down(  # type: ignore[method-assign]
+            cls._flox_reduce, by_name=True
+        )
     Variable.reduce = _pushing_down(Variable.reduce)  # type: ignore[method-assign]
 
 
@@ -118,13 +119,14 @@ def _axes_of(variable: Any, dim: Any, axis: Any) -> tuple[int, ...] | None:
         return None
     if (dim is None and axis is None) or dim is ...:
         return tuple(range(variable.ndim))
+    from sporadik_dask.reductions import reduced_axes
+
     if axis is not None:
-        chosen = (axis,) if np.ndim(axis) == 0 else tuple(axis)
-        return tuple(sorted({int(a) % variable.ndim for a in chosen}))
+        return reduced_axes(axis, variable.ndim)
     dims: Sequence[Hashable] = [dim] if isinstance(dim, str) or not np.iterable(dim) else list(dim)
     if any(d not in variable.dims for d in dims):
         return None  # xarray raises its own error
-    return tuple(sorted(variable.get_axis_num(d) for d in dims))
+    return reduced_axes([variable.get_axis_num(d) for d in dims], variable.ndim)
 
 
 def _pushed_down(
@@ -136,12 +138,13 @@ def _pushed_down(
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Hashable, ...], Any] | None:
     """The reduced dims and data, or None to leave the reduction to xarray."""
-    from sporadik_dask.reductions import Target, dense_result
+    from sporadik_dask.reductions import Target, dense_result, refuse_empty
 
     options = _options(_op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
-    if keepdims or options is None or axes is None:
+    if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
         return None
+    refuse_empty(options[0], variable.shape, axes)
     target = Target(tuple(variable.shape), axes)
     dense = dense_result(target, options[0])
     min_count = kwargs.get("min_count")
@@ -228,8 +231,14 @@ def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Cal
 
     @functools.wraps(original)
     def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        from xarray.groupers import RESAMPLE_DIM
+
         pushed = _grouped(self, args, kwargs, by_name)
-        return original(self, *args, **kwargs) if pushed is None else pushed
+        if pushed is None:
+            return original(self, *args, **kwargs)
+        if RESAMPLE_DIM in pushed.dims:  # a resample's bins take the resampled dim's name
+            pushed = pushed.rename({RESAMPLE_DIM: self._group_dim})
+        return pushed
 
     return reduce
 

@@ -299,12 +299,10 @@ def reduced(
         return None
     if out is not None or not reductions.supported(op, np.dtype(x.dtype)):
         return None
-    try:
-        axes = tuple(sorted({int(a) % x.ndim for a in ((axis,) if np.ndim(axis) == 0 else axis)}))
-    except (TypeError, ValueError):
+    axes = reductions.reduced_axes(axis, x.ndim)
+    if len(axes) in (0, x.ndim):
         return None
-    if len(axes) == x.ndim:
-        return None
+    reductions.refuse_empty(op, x.shape, axes)
     target = reductions.Target(tuple(x.shape), axes)
     dense = reductions.dense_result(target, op)
     if dense is None:
