@@ -327,9 +327,9 @@ def reduced(
 
 
 def select_points(x: Any, key: tuple[Any, ...]) -> Any:
-    """``x.vindex[key]`` (one integer array or slice per axis, the arrays broadcast together) as
-    one block read by :meth:`~sporadik_dask.read.StoreReader.read_points`, or None to leave it
-    to dask.
+    """``x.vindex[key]`` (an integer array or slice per axis, the arrays broadcast together, axes
+    past the key's whole) as one block read by
+    :meth:`~sporadik_dask.read.StoreReader.read_points`, or None to leave it to dask.
 
     Taken for a plain read of a store or of a window of it: dask's own pointwise indexing of
     sparse blocks fails in ``sparse`` 0.19 (it assigns into a ``COO``, or overflows the small
@@ -340,8 +340,9 @@ def select_points(x: Any, key: tuple[Any, ...]) -> Any:
     from dask.base import tokenize
 
     source = reader_of(x)
-    if source is None or len(key) != x.ndim or all(isinstance(p, slice) for p in key):
+    if source is None or len(key) > x.ndim or all(isinstance(p, slice) for p in key):
         return None
+    key = key + (slice(None),) * (x.ndim - len(key))
     if not all(isinstance(p, slice) or np.asarray(p).dtype.kind in "iu" for p in key):
         return None
     parts = pointwise(tuple(key), x.shape)
