@@ -138,14 +138,21 @@ def test_a_list_or_mask_of_from_sporadik_reads_only_its_runs(tmp_path: Path, kin
     assert len(runs) < len({key for key in everything if "indptr" not in key}) / 2
 
 
-def test_keys_without_a_step_or_an_array_are_dasks_and_fuse_into_the_read(tmp_path: Path) -> None:
+def test_integers_and_plain_slices_are_reads_of_a_window_in_the_blocks_dask_gives(
+    tmp_path: Path,
+) -> None:
+    """So a selection of a selection is still one read, of the positions the chain resolves to,
+    and never dask's per-block slices of sparse blocks."""
     dense = random_dense(np.random.default_rng(1), (9, 8), 0.4)
     sd.to_sporadik(dense, tmp_path / "s.zarr")
     x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(3, 4))
-    for key in [(slice(2, 7),), (1, slice(None)), (None, 3), (Ellipsis, slice(-5, None))]:
-        got = x[key]
-        assert type(got) is da.Array and got.name.startswith("getitem-"), key
+    for key in [(slice(2, 7),), (1, slice(None)), (Ellipsis, slice(-5, None)), (slice(1, None), 2)]:
+        got: Any = x[key]
         np.testing.assert_array_equal(dense_of(got.compute()), dense[key])
+        assert isinstance(got, SporadikArray) and len(got.dask.layers) == 2, key
+        assert got.chunks == da.Array.__getitem__(x, key).chunks, key
+    expanded: Any = x[None, 3]
+    np.testing.assert_array_equal(dense_of(expanded.compute()), dense[None, 3])
     with pytest.raises(NotImplementedError):  # two arrays: dask's own refusal, as before
         x[[0, 1], [2, 3]]
 

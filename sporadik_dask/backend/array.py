@@ -46,29 +46,34 @@ class SporadikBackendArray(BackendArray):
 
 
 class BoundedLazyArray(indexing.LazilyIndexedArray):
-    """xarray's lazy view of a store, refusing positions past either end.
+    """xarray's lazy view of a store, composing a chain of selections as numpy does.
 
-    xarray's own composes a new integer key by adding the axis length to a negative one, with no
-    bounds check, so ``v.isel(gene=-8001)`` of 8,000 genes would read gene 7,999 where numpy
-    raises ``IndexError``; this view checks each key against the axes it indexes first.
+    xarray's own composes keys through ``normalize_slice``, which spells a backward slice that
+    starts before position 0 as ``slice(-1, None, -1)``: ``v.isel(gene=slice(-9001, None, -1))``
+    of 8,000 genes, empty to numpy, would read every gene reversed. And it composes a negative
+    integer by adding the axis length, with no bounds check, so ``v.isel(gene=-8001)`` would read
+    gene 7,999 where numpy raises ``IndexError``. This view resolves each axis's chain to its
+    positions (:func:`~sporadik_dask.read.selection.take`): a range for slices, spelled as a
+    slice with a non-negative start, an array for lists and masks.
     """
 
     __slots__ = ()
 
     def _updated_key(self, new_key: indexing.ExplicitIndexer) -> Any:
-        parts = indexing.expanded_indexer(new_key.tuple, self.ndim)
-        for axis, (part, size) in enumerate(zip(parts, self.shape, strict=True)):
-            if isinstance(part, slice):
+        from sporadik_dask.read.selection import as_slice, take
+
+        parts = iter(indexing.expanded_indexer(new_key.tuple, self.ndim))
+        key: list[Any] = []
+        for axis, (old, size) in enumerate(zip(self.key.tuple, self.array.shape, strict=True)):
+            if isinstance(old, (int, np.integer)):
+                key.append(old)
                 continue
-            positions = np.asarray(part)
-            if positions.dtype.kind == "b" or positions.size == 0:
-                continue
-            if positions.min() < -size or positions.max() >= size:
-                raise IndexError(
-                    f"index {positions.min() if positions.min() < -size else positions.max()} "
-                    f"is out of bounds for axis {axis} with size {size}"
-                )
-        return super()._updated_key(new_key)
+            positions = range(size)[old] if isinstance(old, slice) else old
+            got = take(positions, next(parts), axis)
+            key.append(as_slice(got) if isinstance(got, range) else got)
+        if all(isinstance(part, (int, np.integer, slice)) for part in key):
+            return indexing.BasicIndexer(tuple(key))
+        return indexing.OuterIndexer(tuple(key))
 
 
 def outer_of(

@@ -11,7 +11,9 @@ and the rows left handed to the same :func:`~sporadik_dask.read.assembly.assembl
 disk uses (the caller's order and repeats kept, C order by counting sorts). Outer selections
 with an array on some axis go this way: every ``sparse.COO`` is in C order with no duplicates
 (its constructor makes it so, and sparse's own indexing relies on it). Every other key is
-``sparse``'s own, as is everything with ``sporadik.pushdown: False``.
+``sparse``'s own, its slices spelled as ``sparse`` 0.19 reads them right (a negative stop no
+smaller than the step, which it reads as running past position 0, spelled as None or as the
+position it stands for); everything with ``sporadik.pushdown: False`` is ``sparse``'s as given.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from sporadik_dask.kernels import rows_of_runs
 from sporadik_dask.read.assembly import assemble, assemble_points, descending, slot_table
-from sporadik_dask.read.selection import Selection, distinct, normalize_points
+from sporadik_dask.read.selection import Selection, as_slice, distinct, normalize_points
 from sporadik_dask.spec import LayoutGeometry
 
 __all__ = ["install_held_selection", "select_held", "select_held_points"]
@@ -51,16 +53,40 @@ def install_held_selection() -> None:
     adapter: Any = ArrayApiIndexingAdapter
     adapter._oindex_get = _selecting(adapter._oindex_get)
     adapter._vindex_get = _selecting_points(adapter._vindex_get)
+    adapter.__getitem__ = _slicing(adapter.__getitem__)
 
 
 def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
         selected = select_held(self.array, indexer.tuple)
-        return original(self, indexer) if selected is None else selected
+        if selected is not None:
+            return selected
+        return original(self, _sliced_as_numpy(self.array, indexer))
 
     _oindex_get.selects_held = True  # type: ignore[attr-defined]
     return _oindex_get
+
+
+def _slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def __getitem__(self: Any, indexer: Any) -> Any:
+        return original(self, _sliced_as_numpy(self.array, indexer))
+
+    return __getitem__
+
+
+def _sliced_as_numpy(array: Any, indexer: Any) -> Any:
+    """``indexer`` with each slice spelled so that ``sparse`` reads numpy's positions, for a
+    ``sparse.COO`` (:func:`~sporadik_dask.read.selection.as_slice`): ``sparse`` 0.19 reads
+    ``x[:-2:-2]`` of a 9-long axis as 5 positions where numpy reads 1."""
+    if _refused(array, rank=1) or not any(isinstance(p, slice) for p in indexer.tuple):
+        return indexer
+    key = tuple(
+        as_slice(range(size)[part]) if isinstance(part, slice) else part
+        for part, size in zip(indexer.tuple, array.shape, strict=True)
+    )
+    return type(indexer)(key)
 
 
 def _selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,7 +102,8 @@ def select_held_points(array: Any, indexer: Any) -> Any:
     """A vectorized (pointwise) selection of a ``sparse.COO`` in memory, which xarray refuses
     for it ("Vectorized indexing is not supported") where the same lazy variable takes it: a
     permuted outer key (a transposed view) as :func:`select_held`, one integer array per axis
-    as the store's reader joins points with runs. None for anything else."""
+    as the store's reader joins points with runs (a slice among them spans an axis of its own
+    after theirs, as numpy's ``vindex``). None for anything else."""
     from sporadik_dask.backend.array import outer_of
 
     if _refused(array):
@@ -88,7 +115,8 @@ def select_held_points(array: Any, indexer: Any) -> Any:
         return None if selected is None else selected.transpose(order)
     key = indexer.tuple
     if len(key) != array.ndim or not all(
-        isinstance(part, np.ndarray) and part.dtype.kind in "iu" for part in key
+        isinstance(part, slice) or (isinstance(part, np.ndarray) and part.dtype.kind in "iu")
+        for part in key
     ):
         return None
     import sparse
@@ -113,8 +141,8 @@ def select_held_points(array: Any, indexer: Any) -> Any:
     )
 
 
-def _refused(array: Any) -> bool:
-    """Whether ``array`` is not a ``sparse.COO`` of rank 2 or more and a dtype the compiled
+def _refused(array: Any, rank: int = 2) -> bool:
+    """Whether ``array`` is not a ``sparse.COO`` of ``rank`` or more and a dtype the compiled
     assembly holds, or the pushdown is switched off: ``sparse``'s to index."""
     import sys
 
@@ -122,7 +150,7 @@ def _refused(array: Any) -> bool:
     return (
         sparse is None
         or type(array) is not sparse.COO
-        or array.ndim < 2
+        or array.ndim < rank
         or array.dtype.kind not in "biufc"
         or not dask.config.get("sporadik.pushdown", True)
     )

@@ -2,8 +2,8 @@
 
 The graph is dask's own ``from_array`` over a :class:`~sporadik_dask.read.reader.StoreReader`
 fixed to one layout, so dask's getter reads each block and fuses later slices into the read. The
-array is a :class:`~sporadik_dask.read.window.SporadikArray`: stepped slices, lists and masks of
-it are new reads of the positions they select (numpy's values, only the selected runs read).
+array is a :class:`~sporadik_dask.read.window.SporadikArray`: its selections, and chains of them,
+are new reads of the positions they resolve to (numpy's values, only the selected runs read).
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def from_sporadik(
 ) -> da.Array:
     """A dask array of ``sparse.COO`` chunks over the store, each task reading only its runs.
 
-    ``x[key]`` gives numpy's ``dense[key]``: a key with a stepped slice, or with one list,
-    integer array or 1-D mask, is a new read of the positions it selects, in ``sparse.COO``
-    blocks whatever ``format``; any other key is sliced by dask, fused into the read.
+    ``x[key]`` gives numpy's ``dense[key]``: a key of integers, slices and one list, integer
+    array or 1-D mask at most is a new read of the positions it selects, in ``sparse.COO``
+    blocks (with ``format="gcxs"``, keys of integers and step-1 slices only are dask's, fused
+    into the read in its format), and so is a selection of that; any other key is dask's.
 
     Parameters
     ----------

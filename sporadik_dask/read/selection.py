@@ -11,14 +11,27 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Positions", "Selection", "distinct", "normalize_key", "normalize_points"]
+__all__ = [
+    "Axis",
+    "Positions",
+    "Selection",
+    "as_slice",
+    "distinct",
+    "normalize_key",
+    "normalize_points",
+    "pointwise",
+    "take",
+]
 
 Positions = npt.NDArray[np.int64]
+#: Positions along one axis: a ``range`` for what slices picked (exact under further slices, and
+#: no array as long as the axis), an array for what lists and masks picked.
+Axis: TypeAlias = range | Positions
 
 
 def distinct(positions: Positions) -> Positions:
@@ -219,8 +232,64 @@ def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tupl
     return selections, tuple(dropped)
 
 
+def take(positions: Axis, part: Any, axis: int = 0) -> int | Axis:
+    """``positions[part]`` as numpy reads it, for one axis of a chain of selections.
+
+    ``part`` is an integer (the one position it names), a slice (a ``range`` stays a ``range``:
+    Python slices ranges as numpy slices arrays, negative steps and bounds past either end
+    included), an integer array of any shape (unsorted, repeated, negative) or a 1-D boolean
+    mask. A position outside ``positions`` raises ``IndexError``, as numpy does.
+    """
+    size = len(positions)
+    if isinstance(part, slice):
+        return positions[part]
+    if np.ndim(part) == 0 and not isinstance(part, (list, tuple)):
+        return int(positions[int(_one(part, axis, size)[0])])
+    array = np.asarray(part)
+    if array.dtype == np.bool_:
+        chosen = _integers(array, axis, size)
+    elif array.size == 0:
+        chosen = np.zeros(array.shape, dtype=np.int64)
+    else:
+        chosen = _integers(array.ravel(), axis, size).reshape(array.shape)
+    if isinstance(positions, range):
+        return positions.start + positions.step * chosen
+    return positions[chosen]
+
+
+def as_slice(positions: range) -> slice:
+    """A ``range`` as the slice naming it with a non-negative start, and a stop that is None
+    rather than negative: ``slice(8, -1, -2)`` is empty to numpy, and ``sparse`` 0.19 reads a
+    negative stop no smaller than the step as running past position 0."""
+    if not positions:
+        return slice(0, 0, 1)
+    stop = positions.stop if positions.stop >= 0 else None
+    return slice(positions.start, stop, positions.step)
+
+
+def pointwise(key: tuple[Any, ...], shape: Sequence[int]) -> tuple[Any, ...]:
+    """A pointwise key with slices among its arrays as one integer array per axis.
+
+    Each slice's positions span an axis of their own after the arrays' broadcast axes, in the
+    order of the key, as numpy's ``vindex`` (dask's and xarray's) reads slices beside arrays.
+    """
+    arrays = iter(np.broadcast_arrays(*(np.asarray(p) for p in key if not isinstance(p, slice))))
+    sliced = [axis for axis, part in enumerate(key) if isinstance(part, slice)]
+    parts: list[Any] = []
+    for axis, part in enumerate(key):
+        if isinstance(part, slice):  # its own axis among the trailing ones
+            spans = [1] * len(sliced)
+            spans[sliced.index(axis)] = -1
+            parts.append(np.arange(*part.indices(shape[axis]), dtype=np.int64).reshape(spans))
+        else:
+            array = next(arrays)
+            parts.append(array.reshape(array.shape + (1,) * len(sliced)))
+    return tuple(parts)
+
+
 def normalize_points(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:
-    """Pointwise (vectorized) indexing: one integer array per axis, broadcast together.
+    """Pointwise (vectorized) indexing: one integer array per axis, broadcast together (a slice
+    among them spans an axis of its own, see :func:`pointwise`).
 
     Returns the points' positions per axis (raveled, non-negative) and the broadcast shape the
     result takes. Point ``i`` is the cell ``(positions[0][i], positions[1][i], ...)``.
@@ -230,6 +299,8 @@ def normalize_points(key: Any, shape: Sequence[int]) -> tuple[list[Positions], t
             f"Pointwise indexing takes one integer array per axis ({len(shape)}), got {key!r}."
         )
     try:
+        if any(isinstance(part, slice) for part in key):
+            key = pointwise(key, shape)
         arrays = np.broadcast_arrays(*(np.asarray(part) for part in key))
     except ValueError as mismatch:
         raise IndexError(f"Pointwise indexers do not broadcast together: {mismatch}") from None

@@ -2,10 +2,13 @@
 
 dask fuses a slice into the read of each block, but a list or a mask becomes a ``take`` over
 whole blocks: every block is read in full and then fancy-indexed by ``sparse``, which scans each
-block's coordinates once per position asked for. An outer selection of a dask array that is
-still a plain read of a store (its graph is the read and nothing else) is therefore read afresh:
-blocks cut from the selected positions, each block one call to the reader with the positions it
-holds. :class:`SporadikArray` (what ``from_sporadik`` returns) routes its own ``__getitem__``
+block's coordinates once per position asked for, and a stepped slice becomes per-block slices
+that ``sparse`` 0.19 reads wrongly for some negative steps. An outer selection of a dask array
+that is still a plain read of a store (its graph is the read and nothing else) is therefore
+read afresh: blocks cut from the selected positions, each block one call to the reader with the
+positions it holds. The result is a plain read again, of a window of the store, so a chain of
+selections is one read of the positions it resolves to (ranges for slices, exact under any
+step). :class:`SporadikArray` (what ``from_sporadik`` returns) routes its own ``__getitem__``
 here; the xarray backend routes its dask indexing adapter here
 (:mod:`sporadik_dask.backend.dask_selection`).
 """
@@ -17,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import dask.array as da
 import numpy as np
-import numpy.typing as npt
+
+from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
     from sporadik_dask.reductions import Op
@@ -46,9 +50,7 @@ class StoreWindow:
 
     __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
 
-    def __init__(
-        self, reader: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
-    ) -> None:
+    def __init__(self, reader: Any, positions: tuple[Axis, ...], dropped: dict[int, int]) -> None:
         self.reader = reader
         #: Per kept axis, the store positions it reads, in order.
         self.positions = positions
@@ -62,6 +64,7 @@ class StoreWindow:
         return len(self.shape)
 
     def __getitem__(self, key: Any) -> Any:
+        """The positions ``key`` picks (dask's getter gives slices, and integers it fused)."""
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (self.ndim - len(key))
         kept = iter(zip(self.positions, key, strict=True))
@@ -71,16 +74,23 @@ class StoreWindow:
                 store_key.append(self.dropped[axis])
                 continue
             positions, part = next(kept)
-            store_key.append(_as_slice(positions[part]))
+            store_key.append(_store_part(take(positions, part, axis)))
         return self.reader.read(tuple(store_key))
 
     def __dask_tokenize__(self) -> Any:
         return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
 
 
-def _as_slice(positions: npt.NDArray[np.int64]) -> Any:
-    """A step-1 range as a slice (the reader's cheapest key); anything else as it is."""
-    if positions.size and bool(np.all(np.diff(positions) == 1)):
+def _store_part(positions: int | Axis) -> Any:
+    """Positions as the reader's key for one axis: a slice where they are a range (the reader's
+    cheapest key), an integer or an array as they are."""
+    if isinstance(positions, range):
+        return as_slice(positions)
+    if (
+        isinstance(positions, np.ndarray)
+        and positions.size
+        and bool(np.all(np.diff(positions) == 1))
+    ):
         return slice(int(positions[0]), int(positions[-1]) + 1)
     return positions
 
@@ -104,14 +114,15 @@ def _pushed_down(op: Op) -> Any:
 
 
 class SporadikArray(da.Array):
-    """A dask array that is a read of a store, whose stepped slices, lists and masks are reads too.
+    """A dask array that is a read of a store, whose selections are reads too.
 
     dask cuts a stepped slice into per-block slices, and ``sparse`` 0.19 reads some of those
     wrongly (``COO[slice(4, -1, -2)]`` of a 5-long block gives 3 values where numpy gives none);
-    a list or a mask becomes a ``take`` over whole blocks. So a key holding a stepped slice, or
-    one list, integer array or 1-D mask, is a new read of the positions it selects
-    (:func:`select`), in numpy's shape; every other key is dask's. Arrays that dask operations
-    make of this one are plain dask arrays.
+    a list or a mask becomes a ``take`` over whole blocks. So a key of integers, slices and one
+    list, integer array or 1-D mask at most is a new read of the positions it selects
+    (:func:`select`), in numpy's shape, and a chain of them one read of the positions the chain
+    resolves to; every other key is dask's. Arrays that dask operations make of this one are
+    plain dask arrays.
     """
 
     __slots__ = ()
@@ -132,7 +143,7 @@ class SporadikArray(da.Array):
     min = _pushed_down("min")
 
     def _vindex(self, key: Any) -> Any:
-        """``x.vindex[key]``: integer arrays, one per axis, are a read of those cells
+        """``x.vindex[key]``: integer arrays (and slices), one per axis, are a read of those cells
         (:func:`select_points`); every other key is dask's."""
         points = select_points(self, key if isinstance(key, tuple) else (key,))
         return super()._vindex(key) if points is None else points  # type: ignore[no-untyped-call]
@@ -160,13 +171,13 @@ class _Routed(NamedTuple):
 def _numpy_key(index: Any, ndim: int) -> _Routed | None:
     """``index`` as an outer key that reads numpy's values, or None to leave it to dask.
 
-    Taken: keys of integers, slices, ``None`` and one ``Ellipsis``, holding a slice with a step
-    or one list, integer array or 1-D boolean mask; with one array, numpy's indexing is outer
-    indexing, except that an array and integers apart from each other put the array's axis first.
+    Taken: keys of integers, slices, ``None`` and one ``Ellipsis``, with one list, integer array
+    or 1-D boolean mask at most, that select less than the whole array; with one array, numpy's
+    indexing is outer indexing, except that an array and integers apart from each other put the
+    array's axis first.
 
     1. Lists become arrays (an empty one integer), ``Ellipsis`` the slices it stands for.
-    2. Leave the key to dask if it holds anything else, two arrays, or neither an array nor a
-       stepped slice (dask's slices fuse into the read, and are right for steps of 1).
+    2. Leave the key to dask if it holds anything else, two arrays, or selects everything.
     3. The outer key is the key without ``None``; the new axes and numpy's move of the array's
        axis are applied to the read afterwards.
     """
@@ -190,8 +201,7 @@ def _numpy_key(index: Any, ndim: int) -> _Routed | None:
     at = ellipses[0] if ellipses else len(parts)
     parts[at : at + 1] = [slice(None)] * (ndim - taking)
     arrays = [i for i, part in enumerate(parts) if isinstance(part, np.ndarray)]
-    stepped = any(isinstance(part, slice) and part.step not in (None, 1) for part in parts)
-    if len(arrays) > 1 or not (arrays or stepped):
+    if len(arrays) > 1 or all(_whole(part) for part in parts if part is not None):
         return None
     kept = [part for part in parts if not _integer(part)]
     added = any(part is None for part in kept)
@@ -224,50 +234,48 @@ def reader_of(x: Any) -> Any:
 def select(x: Any, key: tuple[Any, ...]) -> Any:
     """``x[key]`` (outer) as a new read of the selected positions, or None to leave it to dask.
 
-    Only selections holding a list, an array or a slice with a step are taken: a plain slice
-    already fuses into the read. With a list or an array, the blocks split its positions (as many
-    blocks as ``x`` had) and are whole along every other axis, so each selected run is read by
-    one task: blocks cut along another axis would each read every selected run again. The result
-    is a :class:`SporadikArray` of ``sparse.COO`` blocks.
-
-    (dask cuts a stepped slice into per-block slices that ``sparse``
-    gets wrong for some negative steps: ``[::-2]`` of an 11-long axis in blocks of 5 gives 6
-    values, not 4.)
+    Every key but the whole array is taken, so a chain of selections stays one read of the
+    positions it resolves to: dask would cut a stepped slice of a sliced read into per-block
+    slices, which ``sparse`` 0.19 gets wrong for some negative steps (``[::-2]`` of an 11-long
+    axis in blocks of 5 gives 6 values, not 4). Slices of step 1 keep the blocks dask would
+    give; with a list or an array, the blocks split its positions (as many blocks as ``x``
+    had) and are whole along every other axis, so each selected run is read by one task:
+    blocks cut along another axis would each read every selected run again. A read of
+    ``sparse.GCXS`` blocks leaves slices of step 1 and integers to dask, fused into its reads
+    in their format. The result is a :class:`SporadikArray` of ``sparse.COO`` blocks.
     """
     import sparse
     from dask.base import tokenize
 
-    if not any(_not_fused(part) for part in key):
-        return None
     source = reader_of(x)
-    if source is None:
+    if source is None or all(_whole(part) for part in key):
+        return None
+    if getattr(source, "format", "coo") != "coo" and not any(_not_fused(p) for p in key):
         return None
     key = key + (slice(None),) * (x.ndim - len(key))
-    positions: list[npt.NDArray[np.int64]] = []
-    dropped: dict[int, int] = {}
-    chunks: list[tuple[int, ...]] = []
-    for axis, (part, size) in enumerate(zip(key, x.shape, strict=True)):
-        everything = np.arange(size, dtype=np.int64)
-        if isinstance(part, (int, np.integer)):
-            dropped[axis] = int(everything[int(part)])  # raises IndexError as numpy does
-            continue
-        picked = np.asarray(everything[part], dtype=np.int64)
-        positions.append(picked)
-        biggest = max(x.chunks[axis]) if x.chunks[axis] else 1
-        whole = isinstance(part, slice) and part == slice(None)
-        chunks.append(x.chunks[axis] if whole else _cut(picked.size, biggest))
-    listed = [
-        i
-        for i, part in enumerate(p for p in key if not isinstance(p, (int, np.integer)))
-        if isinstance(part, (list, np.ndarray))
+    owned = source.positions if isinstance(source, StoreWindow) else tuple(map(range, x.shape))
+    picked = [take(own, part, a) for a, (own, part) in enumerate(zip(owned, key, strict=True))]
+    kept = [
+        (part, got, axis)
+        for axis, (part, got) in enumerate(zip(key, picked, strict=True))
+        if not isinstance(got, int)
     ]
+    chunks: list[tuple[int, ...]] = []
+    for part, got, axis in kept:
+        if _whole(part):
+            chunks.append(x.chunks[axis])
+        elif isinstance(part, slice) and part.step in (None, 1):
+            chunks.append(_clipped(x.chunks[axis], range(x.shape[axis])[part]))
+        else:
+            chunks.append(_cut(len(got), max(x.chunks[axis], default=1)))
+    listed = [at for at, (part, _, _) in enumerate(kept) if not isinstance(part, slice)]
     if listed:  # blocks split the listed positions, whole along the rest: each run read once
-        along = listed[0]
-        blocks = max(1, min(math.prod(x.numblocks), positions[along].size))
-        chunks = [(len(p),) for p in positions]
-        chunks[along] = _cut(positions[along].size, -(-positions[along].size // blocks))
-    window = _window(source, tuple(positions), dropped)
-    meta = sparse.COO.from_numpy(np.zeros((0,) * len(positions), dtype=x.dtype))
+        along = len(kept[listed[0]][1])
+        blocks = max(1, min(math.prod(x.numblocks), along))
+        chunks = [(len(got),) for _, got, _ in kept]
+        chunks[listed[0]] = _cut(along, -(-along // blocks))
+    window = _window(source, picked)
+    meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
     return as_sporadik_array(
         da.from_array(
@@ -317,29 +325,37 @@ def reduced(
 
 
 def select_points(x: Any, key: tuple[Any, ...]) -> Any:
-    """``x.vindex[key]`` (one integer array per axis, broadcast together) as one block read by
+    """``x.vindex[key]`` (an integer array or slice per axis, the arrays broadcast together, axes
+    past the key's whole) as one block read by
     :meth:`~sporadik_dask.read.StoreReader.read_points`, or None to leave it to dask.
 
-    Taken only for a plain read of a whole store: dask's own pointwise indexing of sparse blocks
-    fails in ``sparse`` 0.19 (it assigns into a ``COO``, or overflows the small integer dtype
-    of its position arrays), where the reader reads each point's runs once.
+    Taken for a plain read of a store or of a window of it: dask's own pointwise indexing of
+    sparse blocks fails in ``sparse`` 0.19 (it assigns into a ``COO``, or overflows the small
+    integer dtype of its position arrays), where the reader reads each point's runs once.
     """
     import dask
     import sparse
     from dask.base import tokenize
 
-    from sporadik_dask.read.reader import StoreReader
-
     source = reader_of(x)
-    if not isinstance(source, StoreReader) or len(key) != x.ndim:
+    if source is None or len(key) > x.ndim or all(isinstance(p, slice) for p in key):
         return None
-    parts = [np.asarray(part) for part in key]
-    if not all(part.dtype.kind in "iu" for part in parts):
+    key = key + (slice(None),) * (x.ndim - len(key))
+    if not all(isinstance(p, slice) or np.asarray(p).dtype.kind in "iu" for p in key):
         return None
-    shape = np.broadcast_shapes(*(part.shape for part in parts))
+    parts = pointwise(tuple(key), x.shape)
+    shape = np.broadcast_shapes(*(np.shape(part) for part in parts))
+    owned = source.positions if isinstance(source, StoreWindow) else tuple(map(range, x.shape))
+    picked = [take(own, part, a) for a, (own, part) in enumerate(zip(owned, parts, strict=True))]
+    reader, dropped = _beneath(source)
+    chosen = iter(picked)
+    points = tuple(
+        np.asarray(dropped[axis] if axis in dropped else next(chosen))
+        for axis in range(len(reader.shape))
+    )
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(shape), dtype=x.dtype))
-    name = f"sporadik-points-{tokenize(source, parts)}"
-    read = dask.delayed(source.read_points, pure=True)(tuple(parts), dask_key_name=name)
+    name = f"sporadik-points-{tokenize(reader, points)}"
+    read = dask.delayed(reader.read_points, pure=True)(points, dask_key_name=name)
     return da.from_delayed(read, shape, dtype=x.dtype, meta=meta)
 
 
@@ -349,27 +365,48 @@ def _not_fused(part: Any) -> bool:
     return isinstance(part, (list, np.ndarray))
 
 
-def _window(
-    source: Any, positions: tuple[npt.NDArray[np.int64], ...], dropped: dict[int, int]
-) -> StoreWindow:
-    """A window of the store, composed with ``source``'s own if it is a window already."""
+def _whole(part: Any) -> bool:
+    """Whether one axis's part of a key selects the whole axis as it is."""
+    return (
+        isinstance(part, slice)
+        and part.start is None
+        and part.stop is None
+        and (part.step in (None, 1))
+    )
+
+
+def _beneath(source: Any) -> tuple[Any, dict[int, int]]:
+    """The reader beneath ``source`` (a reader or a window) and the store axes it drops."""
     if isinstance(source, StoreWindow):
-        inner = iter(source.positions)
-        store_positions: list[npt.NDArray[np.int64]] = []
-        store_dropped = dict(source.dropped)
-        picked = iter(positions)
-        kept_axis = 0
-        for axis in range(len(source.positions) + len(source.dropped)):
-            if axis in source.dropped:
-                continue
-            own = next(inner)
-            if kept_axis in dropped:
-                store_dropped[axis] = int(own[dropped[kept_axis]])
-            else:
-                store_positions.append(own[next(picked)])
-            kept_axis += 1
-        return StoreWindow(source.reader, tuple(store_positions), store_dropped)
-    return StoreWindow(source, positions, dropped)
+        return source.reader, dict(source.dropped)
+    return source, {}
+
+
+def _window(source: Any, picked: list[Any]) -> StoreWindow:
+    """A window of the store: what each axis of ``source`` picked (an integer where it drops the
+    axis), beside the axes ``source`` dropped already if it is a window."""
+    reader, dropped = _beneath(source)
+    chosen = iter(picked)
+    positions: list[Axis] = []
+    for axis in range(len(reader.shape)):
+        if axis in dropped:
+            continue
+        got = next(chosen)
+        if isinstance(got, int):
+            dropped[axis] = got
+        else:
+            positions.append(got)
+    return StoreWindow(reader, tuple(positions), dropped)
+
+
+def _clipped(chunks: tuple[int, ...], positions: range) -> tuple[int, ...]:
+    """The blocks ``chunks`` cut a step-1 range of positions into, as dask slices them."""
+    if not positions:
+        return (0,)
+    low, high = positions.start, positions.stop
+    edges = np.cumsum((0, *chunks))
+    inside = edges[(edges > low) & (edges < high)]
+    return tuple(int(n) for n in np.diff(np.concatenate(([low], inside, [high]))))
 
 
 def _cut(length: int, block: int) -> tuple[int, ...]:
