@@ -31,7 +31,7 @@ from sporadik_dask.kernels import (
     sort_by_key,
     split_by_bounds,
 )
-from sporadik_dask.spec import check_indices
+from sporadik_dask.spec import check_indices, magnitudes, maxima_dtype
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
 from sporadik_dask.targets import WRITING_KEY, root_document
 
@@ -458,7 +458,7 @@ def sort_partition(
     indices = np.empty(reader.total, dtype=reader.index_dtype)
     data = np.empty(reader.total, dtype=reader.data_dtype)
     offsets = np.cumsum(counts) - counts
-    maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
+    maxima = np.zeros(stop - start, dtype=maxima_dtype(reader.data_dtype))
     try:
         for part in parts:
             pairs, part_data = reader.whole(part)
@@ -505,7 +505,7 @@ def _sorted_by_numpy(
     # exactly its own run (an empty run's start, clipped, would cut its neighbour short)
     starts = (np.cumsum(counts) - counts)[counts > 0]
     if data.size:
-        maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
+        maxima[counts > 0] = np.maximum.reduceat(magnitudes(np.abs(data)), starts)
     return indices, data, repeated
 
 
