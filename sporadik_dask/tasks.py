@@ -155,10 +155,12 @@ class ArrayRef:
         return cls(array.store, str(array.store), array.path, _digest(array))
 
     @classmethod
-    def at(cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str]) -> ArrayRef:
+    def at(
+        cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str] | None = None
+    ) -> ArrayRef:
         """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
-        (made elsewhere, e.g. in memory) will describe once the write ``owner`` names (root,
-        token) lays it out there."""
+        (made elsewhere, e.g. in memory) will describe once a write lays it out there: the
+        write ``owner`` names (root, token), or one adding a layout to a finished store."""
         return cls(store, str(store), path, _digest(array), owner)
 
     def check_still_laid_out(self) -> None:
