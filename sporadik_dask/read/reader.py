@@ -76,6 +76,13 @@ class StoreReader:
                 f"{sorted(description.layouts)}); reading along it would scan another. Pass one "
                 f"of those, or write it with sporadik_dask.add_axis(store, {axis})."
             )
+        if format == "gcxs" and description.dtype == np.float16:
+            raise SporadikError(
+                f"{self.location} holds float16 values, which sparse.GCXS cannot hold: it checks "
+                "its arrays with numba, which has no float16 arrays, so every block would fail "
+                "when computed. Read with format='coo' (sparse.COO holds float16), or cast "
+                "the COO blocks to float32 before asformat('gcxs')."
+            )
         self._axis = axis
         self._format: Format = format
 
