@@ -543,7 +543,7 @@ def write_graph(
     arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
     spilled: Mapping[int, int] | None = None,
     shared: Any = None,
-    first: tuple[str, Any] | None = None,
+    first: tuple[str, Callable[[Any], Any], Any] | None = None,
 ) -> tuple[HighLevelGraph, list[Key], SpillTo | None]:
     """The graph writing every zarr chunk of every planned layout, the keys of its writes, and
     where the ``spilled`` layouts' parts go (or None).
@@ -553,8 +553,8 @@ def write_graph(
     the zarr group ``shared`` (the store being written, as a ``StorePath``), when it has one
     (:func:`~sporadik_dask.spill.shared_directory_for`); else a worker keeps them.
 
-    With ``first``, ``(key, argument)``, the task ``lay_out(argument)``
-    (:func:`~sporadik_dask.skeleton.lay_out`) runs before anything is written or spilled.
+    With ``first``, ``(key, function, argument)``, the task ``function(argument)`` (a lay-out
+    of :mod:`~sporadik_dask.skeleton`) runs before anything is written or spilled.
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target
     array (store, path, ``zarr.json``), so two pending writes share no key unless they would
@@ -587,9 +587,8 @@ def write_graph(
     layer = Deferred(_write_layers, tuple(pieces.keys), layouts, before)
     graph = pieces.graph
     if first is not None:
-        from sporadik_dask.skeleton import lay_out
-
-        graph = _extend(graph, first[0], {first[0]: (lay_out, first[1])})
+        key, function, argument = first
+        graph = _extend(graph, key, {key: (function, argument)})
     return _extend(graph, name, layer), writes, where
 
 

@@ -163,7 +163,12 @@ def deal_positions(
 @numba.njit(cache=True, nogil=True)
 def check_runs(counts: Any, indices: Any, data: Any, maxima: Any) -> Any:
     """Each run's largest absolute value into ``maxima`` (NaN wins, as in ``np.maximum``), and
-    whether some run is not ascending, and how many indices repeat their predecessor's."""
+    whether some run is not ascending, and how many indices repeat their predecessor's.
+
+    ``maxima`` is in :func:`~sporadik_dask.spec.maxima_dtype`: for signed integers ``abs`` of
+    the minimum wraps to itself, a negative that is the largest magnitude there is, so it wins
+    and is kept (like NaN), and stored in the unsigned ``maxima`` it is its magnitude.
+    """
     unsorted = False
     repeated = 0
     at = 0
@@ -178,7 +183,7 @@ def check_runs(counts: Any, indices: Any, data: Any, maxima: Any) -> Any:
             elif indices[i] == indices[i - 1]:
                 repeated += 1
             value = abs(data[i])
-            if value > largest or value != value:
+            if largest >= 0 and (value < 0 or value > largest or value != value):
                 largest = value
         maxima[run] = largest
         at += n

@@ -25,13 +25,13 @@ from sporadik_dask.spec import (
     chunk_for,
     declared_shape,
     index_dtype,
+    maxima_dtype,
 )
 
 __all__ = [
     "LayoutPlan",
     "Region",
     "WritePlan",
-    "maxima_dtype",
     "partition_bounds",
     "partition_sources",
     "plan_layout",
@@ -200,11 +200,6 @@ def _dtypes(dtype: np.dtype[Any], width: np.dtype[Any]) -> dict[str, np.dtype[An
 
 def _lengths(positions: int, nnz: int) -> dict[str, int]:
     return {"data": nnz, "indices": nnz, "indptr": positions + 1, MAXIMA: positions}
-
-
-def maxima_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
-    """dtype of the per-position largest absolute value: what ``np.abs`` returns for ``dtype``."""
-    return np.abs(np.zeros(0, dtype=dtype)).dtype
 
 
 def partition_bounds(

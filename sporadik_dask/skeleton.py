@@ -6,7 +6,9 @@ computed, or fails while counting, would otherwise have deleted the old store fo
 client writes the root group, its labels and coordinates, and every layout's empty arrays into a
 ``MemoryStore``, takes each array's ``zarr.json`` from there for the write's tasks to check, and
 the write's first task (:func:`lay_out`) puts those documents in place, on whichever process runs
-it, before any chunk is written.
+it, before any chunk is written. A layout added to a finished store is planned the same way
+(:func:`layout_skeleton_of`, :func:`lay_out_layout`): nothing in the store changes until the
+write runs.
 
 The documents name their write: the root's attribute ``WRITING_KEY`` holds the write's token
 until :func:`commit_block` replaces it with the block, in one document write. A retried
@@ -32,7 +34,16 @@ from sporadik_dask.storage import open_group, run
 from sporadik_dask.targets import WRITING_KEY, check_target
 from sporadik_dask.zarr_adapter import buffer_prototype, make_writable_store_path
 
-__all__ = ["Skeleton", "commit_block", "discard", "lay_out", "skeleton_of"]
+__all__ = [
+    "LayoutSkeleton",
+    "Skeleton",
+    "commit_block",
+    "discard",
+    "lay_out",
+    "lay_out_layout",
+    "layout_skeleton_of",
+    "skeleton_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +94,84 @@ def skeleton_of(
     return Skeleton(where, location, overwrite, documents, token)
 
 
-async def _documents(memory: MemoryStore) -> tuple[tuple[str, bytes], ...]:
-    keys = sorted([key async for key in memory.list()], key=lambda k: (k != "zarr.json", k))
+@dataclass(frozen=True, slots=True)
+class LayoutSkeleton:
+    """The documents of one layout added to a finished store, and the block it was planned
+    against."""
+
+    #: The store's root group: a writable store and the root's path in it.
+    where: StorePath = field(compare=False)
+    #: The store's location as the user gave it, for messages.
+    location: str
+    #: The layout group's path under the root, ``layouts/axis{k}``.
+    path: str
+    #: The block the root held when the layout was planned, as JSON.
+    block: str
+    #: ``(key, bytes)`` relative to the root, the layout group's ``zarr.json`` first.
+    documents: tuple[tuple[str, bytes], ...] = field(repr=False)
+    #: The write's token: names the documents and the block.
+    token: str
+
+    def __dask_tokenize__(self) -> tuple[str, str]:
+        return (self.location, self.token)
+
+
+def layout_skeleton_of(
+    root: zarr.Group, location: str, path: str, build: Callable[[zarr.Group], None]
+) -> LayoutSkeleton:
+    """The documents ``build`` makes on an empty ``layouts`` group in memory, to go to the
+    finished store at ``root`` (``location``), under ``path`` (``layouts/axis{k}``)."""
+    memory = MemoryStore()
+    build(zarr.open_group(memory, mode="w", zarr_format=3).create_group(path.rsplit("/", 1)[0]))
+    documents = run(_documents(memory, prefix=f"{path}/"))
+    block = json.dumps(dict(root.attrs).get(BLOCK_KEY), sort_keys=True)
+    token = tokenize(location, path, block, documents)
+    return LayoutSkeleton(root.store_path, location, path, block, documents, token)
+
+
+def lay_out_layout(skeleton: LayoutSkeleton) -> str:
+    """The first task of a layout added to a finished store: put its documents in place.
+
+    1. Refuse when the root's block is not the one the layout was planned against: the store
+       was replaced or given layouts since, and the commit would name layouts it no longer has.
+    2. A layout group holding this write's documents was laid out by an earlier run of this
+       task: write them again (that run may have been cut off among them), keep the chunks.
+    3. Otherwise delete what is at the layout's path (what an unfinished earlier write left,
+       which the block does not name), then write the group's document, then the arrays'.
+    """
+    found = dict(open_group(skeleton.where, mode="r").attrs).get(BLOCK_KEY)
+    if json.dumps(found, sort_keys=True) != skeleton.block:
+        raise SporadikError(
+            f"The block of {skeleton.location} changed since {skeleton.path} was planned (it "
+            f"now reads {found!r}): committing would name layouts the store may no longer "
+            "have. Call add_axis again."
+        )
+    run(_put_layout(skeleton))
+    return skeleton.token
+
+
+async def _put_layout(skeleton: LayoutSkeleton) -> None:
+    import asyncio
+
+    prototype = buffer_prototype()
+    group = skeleton.where / skeleton.path
+    held = await asyncio.gather(
+        *((skeleton.where / key).get(prototype) for key, _ in skeleton.documents)
+    )
+    if [None if h is None else h.to_bytes() for h in held] != [b for _, b in skeleton.documents]:
+        await group.delete_dir()
+    (first, document), *rest = skeleton.documents
+    await (skeleton.where / first).set(prototype.buffer.from_bytes(document))
+    await asyncio.gather(
+        *((skeleton.where / key).set(prototype.buffer.from_bytes(blob)) for key, blob in rest)
+    )
+
+
+async def _documents(memory: MemoryStore, prefix: str = "") -> tuple[tuple[str, bytes], ...]:
+    """Every document in ``memory`` under ``prefix``, the first group's ``zarr.json`` first."""
+    first = f"{prefix}zarr.json"
+    found_keys = [key async for key in memory.list() if key.startswith(prefix)]
+    keys = sorted(found_keys, key=lambda k: (k != first, k))
     found = []
     for key in keys:
         value = await memory.get(key, buffer_prototype())

@@ -38,6 +38,8 @@ __all__ = [
     "declared_shape",
     "index_dtype",
     "layout_path",
+    "magnitudes",
+    "maxima_dtype",
     "parse_block",
 ]
 
@@ -288,6 +290,33 @@ def _leaves_prefix(path: str) -> bool:
         return False
     parts = path.replace("\\", "/").split("/")
     return path.startswith(("/", "\\")) or any(part in ("", ".", "..") for part in parts)
+
+
+def maxima_dtype(dtype: npt.DTypeLike) -> np.dtype[Any]:
+    """dtype of a layout's ``maxima`` for values of ``dtype``: what ``np.abs`` returns, made
+    unsigned for signed integers.
+
+    The format asks for "the largest absolute value" of each slice and names no dtype. A signed
+    integer's minimum has none in its own dtype (``np.abs`` of int8 ``-128`` is ``-128``), and
+    the unsigned integer of the same width holds every magnitude exactly (128 as uint8).
+    """
+    found = np.abs(np.zeros(0, dtype=dtype)).dtype
+    return np.dtype(f"u{found.itemsize}") if found.kind == "i" else found
+
+
+def magnitudes(absolute: npt.ArrayLike) -> npt.NDArray[Any]:
+    """Absolute values as ``np.abs`` returns them, or a ``maxima`` array as stored, in
+    :func:`maxima_dtype`.
+
+    Signed integers are read as the unsigned integers of their width: the one negative value
+    ``np.abs`` leaves, the minimum, wrapped to itself, has the bits of its magnitude there, and
+    every other value is unchanged. So ``maxima`` the reference writes in the values' own dtype
+    (``-128`` for int8) read as the magnitudes this package writes (``128`` as uint8).
+    """
+    found = np.asarray(absolute)
+    if found.dtype.kind != "i":
+        return found
+    return found.view(maxima_dtype(found.dtype))
 
 
 def check_indptr(indptr: npt.NDArray[Any], nnz: int, where: str) -> None:

@@ -31,7 +31,7 @@ from sporadik_dask.kernels import (
     sort_by_key,
     split_by_bounds,
 )
-from sporadik_dask.spec import check_indices
+from sporadik_dask.spec import check_indices, magnitudes, maxima_dtype
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
 from sporadik_dask.targets import WRITING_KEY, root_document
 
@@ -155,10 +155,12 @@ class ArrayRef:
         return cls(array.store, str(array.store), array.path, _digest(array))
 
     @classmethod
-    def at(cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str]) -> ArrayRef:
+    def at(
+        cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str] | None = None
+    ) -> ArrayRef:
         """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
-        (made elsewhere, e.g. in memory) will describe once the write ``owner`` names (root,
-        token) lays it out there."""
+        (made elsewhere, e.g. in memory) will describe once a write lays it out there: the
+        write ``owner`` names (root, token), or one adding a layout to a finished store."""
         return cls(store, str(store), path, _digest(array), owner)
 
     def check_still_laid_out(self) -> None:
@@ -458,7 +460,7 @@ def sort_partition(
     indices = np.empty(reader.total, dtype=reader.index_dtype)
     data = np.empty(reader.total, dtype=reader.data_dtype)
     offsets = np.cumsum(counts) - counts
-    maxima = np.zeros(stop - start, dtype=np.abs(data[:0]).dtype)
+    maxima = np.zeros(stop - start, dtype=maxima_dtype(reader.data_dtype))
     try:
         for part in parts:
             pairs, part_data = reader.whole(part)
@@ -505,7 +507,7 @@ def _sorted_by_numpy(
     # exactly its own run (an empty run's start, clipped, would cut its neighbour short)
     starts = (np.cumsum(counts) - counts)[counts > 0]
     if data.size:
-        maxima[counts > 0] = np.maximum.reduceat(np.abs(data), starts)
+        maxima[counts > 0] = np.maximum.reduceat(magnitudes(np.abs(data)), starts)
     return indices, data, repeated
 
 

@@ -24,7 +24,7 @@ from sporadik_dask.budgets import CHUNKS_AT_ONCE
 from sporadik_dask.chunks import read_chunks
 from sporadik_dask.describe import LayoutDescription, OpenedStore, StoreDescription, open_store
 from sporadik_dask.errors import AbsentChunkError, AbsentChunkWarning, LayoutError, SporadikError
-from sporadik_dask.spec import MAXIMA, check_indices, check_indptr
+from sporadik_dask.spec import MAXIMA, check_indices, check_indptr, magnitudes, maxima_dtype
 from sporadik_dask.storage import StoreLike, run
 from sporadik_dask.zarr_adapter import chunk_key
 
@@ -51,18 +51,18 @@ def validate_layout(
     check_indptr(indptr[: layout.positions + 1], layout.nnz, label)
     indptr = indptr[: layout.positions + 1].astype(np.int64, copy=False)
     step = CHUNKS_AT_ONCE * layout.chunks["indices"]
-    largest = np.zeros(layout.positions, dtype=np.abs(np.zeros(0, dtype=layout.dtype)).dtype)
+    largest = np.zeros(layout.positions, dtype=maxima_dtype(layout.dtype))
     for start in range(0, layout.nnz, step):
         stop = min(start + step, layout.nnz)
         indices = np.concatenate(_chunks(arrays["indices"], layout.nnz, start, stop))
         check_indices(indices[: stop - start], layout.extent, label)
         values = np.concatenate(_chunks(arrays["data"], layout.nnz, start, stop))[: stop - start]
-        _largest_into(largest, indptr, start, np.abs(values))
+        _largest_into(largest, indptr, start, magnitudes(np.abs(values)))
     if _check_absent(arrays, indptr, label, absent):
         return  # the values of absent chunks read as zeros, so maxima cannot be checked
     if MAXIMA in arrays:
         stored = np.concatenate(_chunks(arrays[MAXIMA], layout.positions, 0, None))
-        _check_maxima(stored[: layout.positions], largest, label)
+        _check_maxima(magnitudes(stored[: layout.positions]), largest, label)
 
 
 def _check_absent(
@@ -112,7 +112,8 @@ def _largest_into(
 
 
 def _check_maxima(stored: Any, largest: Any, label: str) -> None:
-    """``maxima`` must be each position's largest absolute value, as written."""
+    """``maxima`` must be each position's largest absolute value, as written (both read as
+    :func:`~sporadik_dask.spec.magnitudes`)."""
     wrong = np.flatnonzero(~((stored == largest) | (np.isnan(stored) & np.isnan(largest))))
     if wrong.size:
         shown = ", ".join(str(int(p)) for p in wrong[:10]) + (" ..." if wrong.size > 10 else "")

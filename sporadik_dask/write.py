@@ -31,7 +31,17 @@ from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, current_client, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
-from sporadik_dask.skeleton import Skeleton, commit_block, discard, is_committed, skeleton_of
+from sporadik_dask.skeleton import (
+    LayoutSkeleton,
+    Skeleton,
+    commit_block,
+    discard,
+    is_committed,
+    lay_out,
+    lay_out_layout,
+    layout_skeleton_of,
+    skeleton_of,
+)
 from sporadik_dask.sources import Source, source_of, source_of_layout
 from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
@@ -644,22 +654,23 @@ def _write(
     arrays: dict[int, dict[str, ArrayRef]],
     layouts: StorePath,
     block: Block,
-    laid_out: Skeleton | str,
+    laid_out: Skeleton | LayoutSkeleton,
     compute: bool,
 ) -> StoreDescription | StoreWrite:
-    """Compute (or return) the write of the planned layouts' ``arrays`` and its commit: after
-    laying out the store first when given its :class:`Skeleton`, else into the store at the
-    location named, whose arrays exist."""
+    """Compute (or return) the write of the planned layouts' ``arrays`` and its commit, after
+    its first task lays out the store (:class:`Skeleton`) or the layout added to a finished
+    one (:class:`LayoutSkeleton`)."""
     pieces = len(source.pieces.keys)
     held = {axis: held_pieces(plan, pieces) for axis, plan in plans.items()}
     spilled = {axis: first for axis, first in held.items() if first < pieces}
-    first: tuple[str, Skeleton] | None = None
-    token: str | None = None
-    if isinstance(laid_out, Skeleton):
-        first = (LAY_OUT + laid_out.token, laid_out)
-        location, token = laid_out.location, laid_out.token
-    else:
-        location = laid_out
+    first = (
+        LAY_OUT + laid_out.token,
+        lay_out if isinstance(laid_out, Skeleton) else lay_out_layout,
+        laid_out,
+    )
+    # a layout added to a finished store is never the write's own to delete (``discard``)
+    token = laid_out.token if isinstance(laid_out, Skeleton) else None
+    location = laid_out.location
     graph, keys, spill_to = write_graph(
         source.pieces, plans, arrays, spilled, shared=layouts, first=first
     )
@@ -714,7 +725,9 @@ def add_axis(
     The new layout's chunks are written beside the finished ones, which readers go on reading;
     the block is rewritten to name it only after every chunk is written, keeping any other root
     attributes. A store that already has the layout is returned as it is. ``chunk``, ``shard``
-    and ``byte_addressable`` are :func:`to_sporadik`'s, for the new layout only.
+    and ``byte_addressable`` are :func:`to_sporadik`'s, for the new layout only. With
+    ``compute=False`` nothing in the store changes until the returned write is computed (the
+    held layout is counted now); its first task then refuses a store whose block changed since.
     """
     description = describe(store, storage_options=storage_options)
     axis = int(axis)
@@ -734,17 +747,20 @@ def add_axis(
         partition_bytes=partition_bytes,
         shard=shard,
     )
-    layouts = root[LAYOUTS_GROUP]
-    assert isinstance(layouts, zarr.Group)  # described already
-    if f"axis{axis}" in layouts:  # a layout an earlier, unfinished add_axis left unnamed
-        del layouts[f"axis{axis}"]
     orders = {a: layout.index_order for a, layout in description.layouts.items()}
     block = Block.over(description.shape, {**orders, axis: plans[axis].index_order})
+    made: dict[str, zarr.Array[Any]] = {}
+
+    def build(layouts: zarr.Group) -> None:
+        made.update(create_layout(layouts, plans[axis], byte_addressable))
+
+    path = f"{LAYOUTS_GROUP}/axis{axis}"  # what an unfinished earlier add_axis left goes then
+    laid_out = layout_skeleton_of(root, description.location, path, build)
+    where = root.store_path
     arrays = {
         axis: {
-            name: ArrayRef.of(array)
-            for name, array in create_layout(layouts, plans[axis], byte_addressable).items()
+            name: ArrayRef.at(where.store, _joined(where.path, array.path), array)
+            for name, array in made.items()
         }
     }
-    where = layouts.store_path
-    return _write(source, plans, arrays, where, block, description.location, compute)
+    return _write(source, plans, arrays, where / LAYOUTS_GROUP, block, laid_out, compute)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import sporadik
+import xarray as xr
 import zarr
 
 import sporadik_dask as sd
@@ -154,3 +157,116 @@ def test_a_lost_coordinate_chunk_is_refused_and_a_cut_one_named(tmp_path: Path) 
         cut.truncate(10)
     with pytest.raises(sd.LayoutError, match=r"coordinates of .* cannot be read"):
         sd.validate(path, absent="warn")
+
+
+#: Each signed integer dtype, and one that holds the magnitude of its minimum.
+WIDER = {np.int8: np.int16, np.int16: np.int32, np.int32: np.int64, np.int64: object}
+
+
+def _extremes(dtype: type[np.signedinteger[Any]], shape: tuple[int, ...]) -> npt.NDArray[Any]:
+    """Values of ``dtype`` with its minimum and maximum in runs of several values, along with
+    small ones of either sign, and an empty last position along every axis."""
+    rng = np.random.default_rng(len(shape) * 10 + np.dtype(dtype).itemsize)
+    info = np.iinfo(dtype)
+    signs = rng.choice(np.array([-1, 1], dtype), shape)
+    dense: npt.NDArray[Any] = random_dense(rng, shape, 0.6, dtype) * signs
+    dense[(0,) * len(shape)] = info.min
+    dense[(1,) * len(shape)] = info.max
+    dense[(2,) * len(shape)] = info.min
+    dense[(2, 1, *(1,) * (len(shape) - 2))] = info.max
+    for axis in range(len(shape)):  # a trailing empty position
+        np.moveaxis(dense, axis, 0)[-1] = 0
+    return dense
+
+
+def _largest_magnitudes(dense: npt.NDArray[Any], axis: int) -> npt.NDArray[Any]:
+    """numpy's answer, taken in a dtype wide enough for the magnitude of the minimum."""
+    others = tuple(a for a in range(dense.ndim) if a != axis)
+    largest: npt.NDArray[Any] = np.abs(dense.astype(WIDER[dense.dtype.type])).max(axis=others)
+    return largest
+
+
+def _write_with(source: str, dense: npt.NDArray[Any], path: Path) -> None:
+    import dask.array as da
+    import scipy.sparse as sp
+    import sparse
+
+    if source == "numpy":
+        sd.to_sporadik(dense, path, chunk=4)
+    elif source == "scipy":
+        sd.to_sporadik(sp.csr_matrix(dense), path)
+    elif source == "dask of numpy":
+        sd.to_sporadik(da.from_array(dense, chunks=3), path, partition_bytes=64)
+    elif source == "dask of sparse":
+        blocks = da.from_array(dense, chunks=2).map_blocks(sparse.COO.from_numpy)
+        sd.to_sporadik(blocks, path)
+    else:  # add_axis, from the layout of axis 0
+        sd.to_sporadik(dense, path, axes=(0,))
+        for axis in range(1, dense.ndim):
+            sd.add_axis(path, axis, partition_bytes=64)
+
+
+#: Each write path, and the shapes it takes (scipy matrices have rank 2).
+SOURCES = [
+    (source, shape)
+    for source in ("numpy", "scipy", "dask of numpy", "dask of sparse", "add_axis")
+    for shape in ((9, 7), (6, 5, 4))
+    if source != "scipy" or len(shape) == 2
+]
+
+
+@pytest.mark.parametrize("dtype", list(WIDER), ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize(
+    ("source", "shape"), SOURCES, ids=[f"{s} rank {len(shape)}" for s, shape in SOURCES]
+)
+def test_maxima_of_a_signed_integer_minimum_are_its_magnitude_in_every_write(
+    tmp_path: Path,
+    dtype: type[np.signedinteger[Any]],
+    source: str,
+    shape: tuple[int, ...],
+) -> None:
+    dense = _extremes(dtype, shape)
+    path = tmp_path / "s.zarr"
+    _write_with(source, dense, path)
+    sd.validate(path)
+    opened = xr.open_dataset(path, engine="sporadik")["s"]
+    with sporadik.open_array(path) as theirs:
+        np.testing.assert_array_equal(theirs.to_array().to_dense(), dense)
+        for axis in range(dense.ndim):
+            expected = _largest_magnitudes(dense, axis)
+            ours = sd.StoreReader(path).maxima(axis)
+            assert ours.dtype == np.dtype(f"u{np.dtype(dtype).itemsize}")
+            np.testing.assert_array_equal(ours.astype(object), expected)
+            accessor = opened.sporadik.maxima(f"dim_{axis}")
+            np.testing.assert_array_equal(accessor.values.astype(object), expected)
+            np.testing.assert_array_equal(theirs.maxima(axis=axis).astype(object), expected)
+
+
+@pytest.mark.parametrize("dtype", list(WIDER), ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape", [(5, 4), (4, 5, 3)], ids=["rank 2", "rank 3"])
+def test_maxima_the_reference_writes_as_a_negative_minimum_read_as_its_magnitude(
+    tmp_path: Path, dtype: type[np.signedinteger[Any]], shape: tuple[int, ...]
+) -> None:
+    # the minimum alone in each of its slices: where it shares one, the reference's maximum in
+    # the values' dtype keeps the other value (its abs, wrapped, is the smallest)
+    info = np.iinfo(dtype)
+    dense = np.zeros(shape, dtype=dtype)
+    dense[(0,) * len(shape)] = info.min
+    dense[(slice(1, None),) * len(shape)] = random_dense(
+        np.random.default_rng(3), [n - 1 for n in shape], 0.7, dtype
+    )
+    dense[(-1,) * len(shape)] = -info.max  # no empty last position: the reference cuts a run short
+    path = write_reference(
+        tmp_path / "s.zarr",
+        dense,
+        {a: tuple(b for b in range(len(shape)) if b != a) for a in range(len(shape))},
+    )
+    stored = zarr.open_array(path / "layouts" / "axis0" / "maxima", mode="r")
+    assert stored.dtype == np.dtype(dtype) and stored[0] == info.min
+    sd.validate(path)
+    opened = xr.open_dataset(path, engine="sporadik")["s"]
+    for axis in range(len(shape)):
+        expected = _largest_magnitudes(dense, axis)
+        np.testing.assert_array_equal(sd.StoreReader(path).maxima(axis).astype(object), expected)
+        accessor = opened.sporadik.maxima(f"dim_{axis}")
+        np.testing.assert_array_equal(accessor.values.astype(object), expected)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import sporadik
@@ -85,3 +86,65 @@ def test_a_corrupt_held_layout_is_refused_not_copied(tmp_path: Path) -> None:
     with pytest.raises(sd.LayoutError, match="outside the raveled extent 30"):
         sd.add_axis(path, 1)
     assert sd.describe(path).indexed_axes == (0,)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """Every file of a store, the root's attributes included, by its path there."""
+    return {
+        file.relative_to(path).as_posix(): file.read_bytes()
+        for file in sorted(path.rglob("*"))
+        if file.is_file()
+    }
+
+
+def test_a_pending_add_axis_changes_nothing_until_it_is_computed(tmp_path: Path) -> None:
+    dense = random_dense(np.random.default_rng(5), (9, 8, 7), 0.3)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1, 2)}, chunk=16)
+    leftover = zarr.open_group(path / "layouts", mode="r+").create_group("axis2")
+    leftover.create_array("data", shape=(3,), dtype="int8")[:] = 5  # an unfinished add_axis's
+    before = _files(path)
+    write = sd.add_axis(path, 2, chunk=16, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    assert _files(path) == before  # the root's zarr.json, its attributes, among them
+    assert sd.describe(path).indexed_axes == (0,)
+    description = write.compute()
+    assert description.indexed_axes == (0, 2)
+    sd.validate(path)
+    with sporadik.open_array(path) as store:
+        for position in range(7):
+            np.testing.assert_array_equal(
+                store.dense_slice(position, axis=2), dense[:, :, position]
+            )
+
+
+def test_a_pending_add_axis_is_refused_when_the_block_changed_before_it_ran(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(6), (6, 5, 4), 0.4)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1, 2)})
+    write = sd.add_axis(path, 1, compute=False)
+    sd.add_axis(path, 2)
+    with pytest.raises(sd.SporadikError, match="changed since layouts/axis1 was planned"):
+        write.compute()
+    assert sd.validate(path).indexed_axes == (0, 2)
+
+
+def test_laying_out_an_added_layout_again_keeps_the_chunks_written(tmp_path: Path) -> None:
+    # what distributed does when the worker holding the lay-out's result is lost
+    from sporadik_dask.skeleton import lay_out_layout
+
+    dense = random_dense(np.random.default_rng(7), (40, 30), 0.3)
+    path = write_reference(tmp_path / "s.zarr", dense, {0: (1,)}, chunk=16)
+    write = sd.add_axis(path, 1, chunk=16, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    graph = dict(write.__dask_graph__())
+    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-lay-out")]
+    dask.get(graph, write.__dask_keys__())
+    written = _files(path)
+    laid_out = graph[name]
+    lay_out_layout(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
+    assert _files(path) == written
+    write.commit(len(write.__dask_keys__()))
+    sd.validate(path)
+    with sporadik.open_array(path) as store:
+        np.testing.assert_array_equal(store.dense_slices(np.arange(30), axis=1), dense.T)

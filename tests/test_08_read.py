@@ -179,6 +179,22 @@ def test_gcxs_chunks_are_the_layouts_own_arrays_and_hold_the_dense_values(
         np.testing.assert_array_equal(split.compute().todense(), dense)
 
 
+def test_gcxs_of_float16_values_is_refused_naming_the_cause_and_coo_still_reads(
+    tmp_path: Path,
+) -> None:
+    dense = random_dense(np.random.default_rng(2), (9, 7), 0.3, np.float16)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path)
+    with pytest.raises(sd.SporadikError, match=r"float16.*numba.*format='coo'"):
+        sd.from_sporadik(path, format="gcxs")
+    with pytest.raises(sd.SporadikError, match="float16"):
+        sd.StoreReader(path, axis=0, format="gcxs")
+    coo = sd.from_sporadik(path, format="coo", chunks=4)
+    np.testing.assert_array_equal(coo.compute().todense(), dense)
+    gcxs = coo.astype(np.float32).map_blocks(lambda b: b.asformat("gcxs", compressed_axes=(0,)))
+    np.testing.assert_array_equal(gcxs.compute().todense(), dense.astype(np.float32))
+
+
 def test_auto_chunks_balance_values_along_the_indexed_axis(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(1), (400, 60), 0.2)
     dense[:5] = 7  # five heavy positions

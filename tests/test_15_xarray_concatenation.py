@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
+from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.concatenation import concatenate_in_order, join_sparse_blocks_in_order
 from tests.helpers import random_dense
 
@@ -141,3 +142,53 @@ def test_one_block_joins_to_itself_not_a_copy(axis: int) -> None:
     beside every block and the result."""
     block = sparse.COO.from_numpy(random_dense(np.random.default_rng(1), (5, 4), 0.4))
     assert concatenate_in_order([block], axis=axis) is block
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (4, 5, 3)], ids=["rank 2", "rank 3"])
+def test_lazy_variables_expand_and_broadcast_as_loaded_ones_and_numpy_do(
+    tmp_path: Path, shape: tuple[int, ...]
+) -> None:
+    """``expand_dims`` and ``xr.broadcast`` as users spell them; xarray alone broadcasts the
+    lazy wrapper with ``np.broadcast_to`` (``Variable.set_dims``), which asks for dense values."""
+    dense = random_dense(np.random.default_rng(len(shape)), shape, 0.4)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path)
+    lazy = xr.open_dataset(path, engine="sporadik")["s"]
+    loaded = xr.open_dataset(path, engine="sporadik")["s"].load()
+    other = xr.DataArray(np.arange(3.0), dims="z")
+    dims = lazy.dims
+    wide = (*shape, 3)
+    # each case, and numpy's answer with its dims
+    cases: list[tuple[Callable[[xr.DataArray], xr.DataArray], Any, tuple[Hashable, ...]]] = [
+        (lambda v: v.expand_dims("new"), dense[None], ("new", *dims)),
+        (
+            lambda v: v.expand_dims(new=3, axis=1),
+            np.repeat(dense[:, None], 3, axis=1),
+            (dims[0], "new", *dims[1:]),
+        ),
+        (
+            lambda v: v.expand_dims({"a": 2, "b": 1}),
+            np.broadcast_to(dense, (2, 1, *shape)),
+            ("a", "b", *dims),
+        ),
+        (
+            lambda v: xr.broadcast(v, other)[0],
+            np.broadcast_to(dense[..., None], wide),
+            (*dims, "z"),
+        ),
+        (
+            lambda v: xr.broadcast(other, v)[1],
+            np.broadcast_to(dense[..., None], wide),
+            (*dims, "z"),
+        ),
+        (lambda v: v * other, dense[..., None] * np.arange(3.0), (*dims, "z")),
+    ]
+    for case, numpy, numpy_dims in cases:
+        got, expected = case(lazy), case(loaded)
+        assert isinstance(got.data, sparse.COO)
+        assert got.dims == expected.dims and got.shape == expected.shape
+        np.testing.assert_array_equal(got.data.todense(), expected.data.todense())
+        np.testing.assert_array_equal(got.transpose(*numpy_dims).data.todense(), numpy)
+    fresh = xr.open_dataset(path, engine="sporadik")["s"].variable
+    assert backend_under(fresh.set_dims(fresh.dims)._data).backend is not None  # nothing read
+    assert getattr(xr.Variable.set_dims, "reads_sporadik_first", False)

@@ -17,6 +17,7 @@ import xarray as xr
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import keep_auto_chunks_sparse, preferred_chunks
+from sporadik_dask.backend.broadcasting import install_broadcasts
 from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
 from sporadik_dask.backend.concatenation import install_variable_joins, join_sparse_blocks_in_order
 from sporadik_dask.backend.dask_selection import install_dask_selection
@@ -51,6 +52,7 @@ def open_store_dataset(
     install_dask_selection()
     install_held_selection()
     install_variable_joins()
+    install_broadcasts()
     join_sparse_blocks_in_order()
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)

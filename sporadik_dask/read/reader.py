@@ -32,7 +32,7 @@ from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
 from sporadik_dask.read.selection import Positions, Selection, distinct, normalize_points
-from sporadik_dask.spec import MAXIMA
+from sporadik_dask.spec import MAXIMA, magnitudes
 from sporadik_dask.storage import StoreLike, location_of, run
 
 __all__ = ["StoreReader"]
@@ -75,6 +75,13 @@ class StoreReader:
                 f"{self.location} has no layout making axis {axis} contiguous (it has "
                 f"{sorted(description.layouts)}); reading along it would scan another. Pass one "
                 f"of those, or write it with sporadik_dask.add_axis(store, {axis})."
+            )
+        if format == "gcxs" and description.dtype == np.float16:
+            raise SporadikError(
+                f"{self.location} holds float16 values, which sparse.GCXS cannot hold: it checks "
+                "its arrays with numba, which has no float16 arrays, so every block would fail "
+                "when computed. Read with format='coo' (sparse.COO holds float16), or cast "
+                "the COO blocks to float32 before asformat('gcxs')."
             )
         self._axis = axis
         self._format: Format = format
@@ -403,7 +410,11 @@ class StoreReader:
         return statistics.totals(layout, brackets, self._arrays(layout)["data"])
 
     def maxima(self, axis: int) -> npt.NDArray[Any]:
-        """Largest absolute value per position along ``axis``, as stored at write time."""
+        """Largest absolute value per position along ``axis``, as stored at write time.
+
+        In :func:`~sporadik_dask.spec.maxima_dtype` (unsigned for signed integer values), also
+        from a store that keeps them in the values' dtype, as the reference does.
+        """
         layout = self._layout_for(axis)
         layout.check_whole_read(self.location)
         if not layout.has_maxima:
@@ -411,7 +422,7 @@ class StoreReader:
                 f"Layout {layout.path!r} in {self.location} carries no maxima (an older writer); "
                 "reducing over every value would be needed. Rewrite the layout to add them."
             )
-        return np.asarray(self._arrays(layout)[MAXIMA][:])
+        return magnitudes(self._arrays(layout)[MAXIMA][:])
 
     def _layout_for(self, axis: int) -> LayoutDescription:
         if axis not in self.description.layouts:
