@@ -226,3 +226,32 @@ def test_a_maximum_over_no_position_is_refused_as_numpy_refuses_it(
         assert kept.shape == getattr(dense[:0], op)(axis=1).shape
     if mode != "from_sporadik":
         np.testing.assert_array_equal(_values(empty.sum("a")), np.zeros(dense.shape[1]))
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}", "small chunks"])
+def test_an_empty_bin_is_missing_as_xarray_gives_it(
+    small_store: tuple[Path, npt.NDArray[Any]], mode: str
+) -> None:
+    """A resample over an hour with no position had raised ``CoordinateValidationError`` (the
+    bins labelled by the observed ones only), and a lazy sum there had been 0, not NaN."""
+    path, dense = small_store
+    hours = pd.date_range("2026-01-01", periods=dense.shape[0], freq="h")
+    times = hours.where(np.arange(dense.shape[0]) < 12, hours + pd.Timedelta("6h"))
+    positions = np.where(np.arange(dense.shape[0]) < 10, 1.0, 25.0)
+    calls: list[Callable[[xr.DataArray], Any]] = [
+        lambda x: x.assign_coords(a=times).resample(a="6h").sum(),
+        lambda x: x.assign_coords(a=times).resample(a="6h").mean(),
+        lambda x: x.assign_coords(a=times).resample(a="6h").var(),
+        lambda x: x.assign_coords(p=("a", positions)).groupby_bins("p", [0, 10, 20, 30]).sum(),
+        lambda x: x.assign_coords(p=("a", positions)).groupby_bins("p", [0, 10, 20, 30]).max(),
+    ]
+    for call in calls:
+        result = call(_open(path, mode))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            expected = call(xr.DataArray(dense, dims=("a", "b")))
+        assert result.dims == expected.dims
+        xr.testing.assert_identical(result.coords.to_dataset(), expected.coords.to_dataset())
+        np.testing.assert_allclose(_values(result), expected.values, equal_nan=True)
+        assert np.isnan(expected.values).any()  # the case holds an empty bin

@@ -245,6 +245,7 @@ def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Cal
 
 def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:
     """A groupby reduction of a sporadik variable in one pass, or None for xarray's path."""
+    import xarray as xr
     from xarray import DataArray
 
     from sporadik_dask.reductions import Grouping, Target, dense_result
@@ -306,7 +307,14 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     result = DataArray(plain_dask_array(data), dims=out_dims, coords=coords, name=obj.name)
     if keep:
         result.attrs.update(obj.attrs)
-    result = result.assign_coords(groupby.encoded.coords)
+    encoded = groupby.encoded
+    if encoded.unique_coord.size == encoded.full_index.size:
+        result = result.assign_coords(encoded.coords)
+    else:  # a group of no member (a resample's empty bin): labelled by the full index
+        from xarray.core.indexes import PandasIndex
+
+        index = PandasIndex(encoded.full_index, name)
+        result = result.assign_coords(xr.Coordinates.from_xindex(index))
     return result.transpose(..., name) if chunked else result
 
 
