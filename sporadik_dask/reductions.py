@@ -175,9 +175,9 @@ def fields_of(
         ufunc = np.maximum if op == "max" else np.minimum
         if values.dtype.kind == "f":
             extreme = np.full(size, -np.inf if op == "max" else np.inf)
-        else:  # integers and booleans, exact past 2**53
-            limits = np.iinfo(np.int64)
-            extreme = np.full(size, limits.min if op == "max" else limits.max, dtype=np.int64)
+        else:  # integers and booleans, exact past 2**53; unsigned ones past 2**63
+            limits = np.iinfo(np.uint64 if values.dtype.kind == "u" else np.int64)
+            extreme = np.full(size, limits.min if op == "max" else limits.max, limits.dtype)
         ufunc.at(extreme, where, values.astype(extreme.dtype, copy=False))
         fields[op] = extreme
     return fields
@@ -536,7 +536,7 @@ def supported(op: str, dtype: np.dtype[Any]) -> bool:
     """Whether ``op`` over values of ``dtype`` is computed here (else xarray's own path)."""
     if op not in OPS or dtype.kind not in "biufc":
         return False
-    return not (op in ("max", "min") and (dtype.kind == "c" or dtype == np.uint64))
+    return not (op in ("max", "min") and dtype.kind == "c")
 
 
 def _layout_for(reader: Any, target: Target, dense: bool = True) -> Any:
@@ -800,6 +800,8 @@ def _affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> _Affin
         or op in ("max", "min")
         or (op == "mean" and dtype.kind in "iu" and dtype.itemsize == 8)  # see _widened
     ):
+        return None
+    if 0 in target.shape:  # no value at all, and strides of 0 that say nothing
         return None
     out = target.out_shape
     stride = {a: math.prod(out[p + 1 :]) for p, a in enumerate(target.kept)}

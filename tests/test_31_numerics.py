@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 import sparse
 import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sporadik_dask as sd
 
@@ -255,3 +257,86 @@ def test_an_empty_bin_is_missing_as_xarray_gives_it(
         xr.testing.assert_identical(result.coords.to_dataset(), expected.coords.to_dataset())
         np.testing.assert_allclose(_values(result), expected.values, equal_nan=True)
         assert np.isnan(expected.values).any()  # the case holds an empty bin
+
+
+DTYPES = [np.int8, np.int32, np.int64, np.uint8, np.uint64, np.float32, np.float64, np.complex128]
+OPS_KWARGS: list[tuple[str, dict[str, Any]]] = [
+    (op, kwargs)
+    for op in ("sum", "mean", "max", "min", "count", "var", "std")
+    for kwargs in [{}, {"skipna": False}, {"skipna": True}]
+] + [("var", {"ddof": 1}), ("std", {"ddof": 1}), ("sum", {"min_count": 2})]
+
+
+def _random_values(data: Any, dtype: np.dtype[Any], n: int) -> npt.NDArray[Any]:
+    """Values of ``dtype`` that trip reductions: dtype limits, NaN, ±inf, a large offset."""
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    rng = np.random.default_rng(seed)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        pool = np.array([info.min, info.max, info.max - 1, 1, 2, 3], dtype=dtype)
+        return rng.choice(pool, n)
+    base = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4) + rng.choice([0, 1e8])
+    kind = rng.random(n)
+    base = np.where(kind < 0.05, np.nan, base)
+    base = np.where((kind > 0.05) & (kind < 0.08), np.inf, base)
+    base = np.where((kind > 0.08) & (kind < 0.1), -np.inf, base)
+    if dtype.kind == "c":
+        return (base + 1j * rng.standard_normal(n)).astype(dtype)
+    return base.astype(dtype)
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_stores_reduce_as_xarray_does_on_the_dense_array(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """Ranks 2 to 4, axes of no position, every dtype, values at the dtype's limits, NaN, ±inf,
+    large offsets; every reduction with its keywords, in every open mode: xarray's answer on
+    the dense array, or its error. float32 is compared with the float64 answer: numpy
+    accumulates float32 in float32, and the pass accumulates in float64."""
+    rank = data.draw(st.integers(2, 4), label="rank")
+    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
+    dtype = np.dtype(data.draw(st.sampled_from(DTYPES), label="dtype"))
+    density = data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="density")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="mask seed"))
+    mask = rng.random(shape) < density
+    dense = np.zeros(shape, dtype)
+    dense[mask] = _random_values(data, dtype, int(mask.sum()))
+    dims = tuple("abcd"[:rank])
+    path = tmp_path / f"{len(list(tmp_path.iterdir()))}.zarr"
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims, name="x"), path)
+    wide = dense.astype(np.float64) if dtype == np.float32 else dense
+    mode = data.draw(st.sampled_from(["lazy", "chunks={}", "small chunks", "loaded"]))
+    opened = {"lazy": {}, "loaded": {}, "chunks={}": {"chunks": {}}}
+    variable = xr.open_dataset(
+        path, engine="sporadik", **opened.get(mode, {"chunks": dict.fromkeys(dims, 2)})
+    )["x"]
+    if mode == "loaded":
+        variable = variable.load()
+    dimsets = [None, *[(d,) for d in dims], dims[:2]]
+    for op, kwargs in OPS_KWARGS:
+        for dimset in dimsets:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                try:
+                    expected = getattr(xr.DataArray(wide, dims=dims), op)(dimset, **kwargs)
+                    typed = getattr(xr.DataArray(dense, dims=dims), op)(dimset, **kwargs)
+                except (ValueError, TypeError) as error:
+                    if op == "count":  # xarray's count of an empty float array fails in flox
+                        continue
+                    with pytest.raises(type(error)):
+                        _values(getattr(variable, op)(dimset, **kwargs))
+                    continue
+            result = getattr(variable, op)(dimset, **kwargs)
+            got = _values(result)
+            case = (op, kwargs, dimset, mode, shape, dtype)
+            assert result.dims == expected.dims, case
+            assert got.dtype == typed.dtype, case
+            want = expected.values.astype(got.dtype)
+            finite = np.isfinite(want)
+            scale = np.abs(want[finite]).max() if finite.any() else 1.0
+            for part in (np.real, np.imag):  # apart: a complex infinity differs by NaN
+                a, b = part(got), part(want)
+                close = np.isclose(a, b, rtol=1e-5, atol=1e-9 * scale, equal_nan=True)
+                assert (close | (a == b)).all(), (case, got, want)
