@@ -208,6 +208,7 @@ def use_sporadik(store: str) -> None:
     data = _labelled(sparse.COO.from_numpy(np.nan_to_num(_dense())))
     sd.to_sporadik(data.drop_vars("g"), store)
     weights = _weights()
+    chunks: dict[str, int] | None
     for chunks in (None, {}):
         ours = xr.open_dataset(store, engine="sporadik", chunks=chunks)["v"]
         ours = ours.assign_coords(g=("x", GROUPS))

@@ -9,6 +9,8 @@ import numpy as np
 from xarray.backends import BackendArray
 from xarray.core import indexing
 
+from sporadik_dask.backend.ours import mark_read
+
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
@@ -31,7 +33,11 @@ class SporadikBackendArray(BackendArray):
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
         """Outer keys go to the reader as xarray gives them (unsorted, repeated, negative), so
         it builds the caller's order while assembling; pointwise keys of arrays go to
-        :meth:`~sporadik_dask.read.StoreReader.read_points`."""
+        :meth:`~sporadik_dask.read.StoreReader.read_points`. What it gives is marked as read
+        (:func:`~sporadik_dask.backend.ours.mark_read`)."""
+        return mark_read(self._read(key))
+
+    def _read(self, key: indexing.ExplicitIndexer) -> Any:
         if not isinstance(key, indexing.VectorizedIndexer):
             return self.reader.read(key.tuple)  # slices of any step, arrays in any order
         outer = outer_of(key, self.ndim)

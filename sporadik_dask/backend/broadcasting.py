@@ -32,10 +32,11 @@ def install_broadcasts() -> None:
 
     @functools.wraps(original)
     def set_dims(self: Variable, *args: Any, **kwargs: Any) -> Variable:
-        dim = args[0] if args else kwargs.get("dim", kwargs.get("dims", ()))
-        names = [dim] if isinstance(dim, str) else list(dim)
-        if set(names) - set(self.dims) and _wrapped_sporadik(self):
-            self = self.copy(deep=False, data=self.data)
+        if _wrapped_sporadik(self):  # another's variable goes to xarray's as it came
+            dim = args[0] if args else kwargs.get("dim", kwargs.get("dims", ()))
+            names = [dim] if isinstance(dim, str) else list(dim)
+            if set(names) - set(self.dims):
+                self = self.copy(deep=False, data=self.data)
         expanded: Variable = original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
         return expanded
 

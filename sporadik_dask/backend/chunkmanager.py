@@ -22,6 +22,7 @@ import numpy as np
 from xarray.namedarray.daskmanager import DaskManager
 
 from sporadik_dask.backend.array import backend_under
+from sporadik_dask.backend.ours import is_read_dask, is_read_sparse, mark_read
 
 __all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse", "plain_dask_array"]
 
@@ -70,7 +71,12 @@ def _computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
     def compute_fresh(*data: Any, **kwargs: Any) -> Any:
         from sporadik_dask.graph import as_fresh
 
-        return compute(*(as_fresh(x) for x in data), **kwargs)
+        ours = [as_fresh(x) for x in data]  # anyone else's array is handed over as it came
+        computed = compute(*ours, **kwargs)
+        # a read computed whole is a read still: its selections and products stay ours
+        return tuple(
+            mark_read(c) if is_read_dask(x) else c for x, c in zip(data, computed, strict=True)
+        )
 
     return compute_fresh
 
@@ -123,14 +129,15 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _held_sparse(data: Any) -> Any:
-    """The ``sparse.COO`` an xarray in-memory wrapper holds (``MemoryCachedArray`` once
-    ``.data`` was read), or None: dask's manager would give it numpy meta and dense blocks."""
+    """The ``sparse.COO`` read from a store that an xarray in-memory wrapper holds
+    (``MemoryCachedArray`` once ``.data`` was read), or None: dask's manager would give it numpy
+    meta and dense blocks. Anyone else's ``sparse.COO`` is chunked as dask's manager chunks it."""
     import sparse
     from xarray.core import indexing
 
     while data is not None:
         if type(data) is sparse.COO:
-            return data
+            return data if is_read_sparse(data) else None  # another's: dask's manager's rule
         if isinstance(data, (indexing.LazilyIndexedArray, indexing.LazilyVectorizedIndexedArray)):
             return None
         data = getattr(data, "array", None)

@@ -138,8 +138,10 @@ def install_variable_joins() -> None:
     masked = Variable._getitem_with_mask
 
     def concat(cls: type[Variable], variables: Any, *args: Any, **kwargs: Any) -> Any:
-        read = [v.copy(deep=False, data=v.data) if _lazy(v) else v for v in variables]
-        return original.__func__(cls, read, *args, **kwargs)
+        variables = list(variables)
+        if any(_lazy(v) for v in variables):
+            variables = [v.copy(deep=False, data=v.data) if _lazy(v) else v for v in variables]
+        return original.__func__(cls, variables, *args, **kwargs)
 
     def _getitem_with_mask(self: Variable, *args: Any, **kwargs: Any) -> Any:
         if _lazy(self):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sporadik_dask.backend.chunkmanager import plain_dask_array
+from sporadik_dask.backend.ours import is_read_dask
 from sporadik_dask.read.window import select, select_points
 
 __all__ = ["install_dask_selection"]
@@ -35,6 +36,8 @@ def install_dask_selection() -> None:
 def _reading_points(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _vindex_get(self: Any, indexer: Any) -> Any:
+        if not is_read_dask(self.array):  # another's dask array: xarray's adapter as it was
+            return original(self, indexer)
         read = select_points(self.array, indexer.tuple)
         return original(self, indexer) if read is None else read
 
@@ -44,6 +47,8 @@ def _reading_points(original: Callable[..., Any]) -> Callable[..., Any]:
 def _rereading(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
+        if not is_read_dask(self.array):  # another's dask array: xarray's adapter as it was
+            return original(self, indexer)
         reread = select(self.array, indexer.tuple)
         return original(self, indexer) if reread is None else plain_dask_array(reread)
 

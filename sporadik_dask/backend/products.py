@@ -10,9 +10,11 @@ kept axes lead, made a ``scipy.sparse`` CSR matrix, and multiplied with the dens
 scipy does about 4x faster than ``sparse``'s own ``tensordot`` or ``@`` (50,000 x 20,000 at
 1 %, times 20,000 x 50: 0.2 s against 0.8 s). Under dask each pair of blocks is multiplied so,
 and the partial products summed as dask's ``tensordot`` does, so no task holds more than its
-blocks. A product whose dense result would outgrow the sparse one (nothing summed, as in an
-outer product or a scaling, or a short axis summed) stays sparse, as does any other ``einsum``
-(batch dims, both operands sparse or both dense, a fill value that is not 0): xarray's own.
+blocks. Only a product of a store's data is taken so (:mod:`~sporadik_dask.backend.ours`): a
+user's own ``sparse.COO`` times a dense array stays ``sparse.einsum``'s. A product whose dense
+result would outgrow the sparse one (nothing summed, as in an outer product or a scaling, or a
+short axis summed) stays sparse, as does any other ``einsum`` (batch dims, both operands sparse
+or both dense, a fill value that is not 0): xarray's own.
 ``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or
 more operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
 """
@@ -25,6 +27,8 @@ from typing import Any
 
 import dask
 import numpy as np
+
+from sporadik_dask.backend.ours import is_read
 
 __all__ = ["install_products"]
 
@@ -49,6 +53,7 @@ def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
         if (
             kwargs
             or len(args) != 3
+            or not (is_read(args[1]) or is_read(args[2]))  # another's product: einsum's own
             or not isinstance(args[0], str)
             or not dask.config.get("sporadik.pushdown", True)
         ):

@@ -27,8 +27,9 @@ import numpy.typing as npt
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import plain_dask_array
+from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
-from sporadik_dask.read.window import READ_PREFIXES, reader_of
+from sporadik_dask.read.window import reader_of
 
 __all__ = ["install_reductions"]
 
@@ -140,6 +141,8 @@ def _pushed_down(
     """The reduced dims and data, or None to leave the reduction to xarray."""
     from sporadik_dask.reductions import Target, dense_result, refuse_empty
 
+    if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
+        return None
     options = _options(_op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
@@ -179,7 +182,7 @@ def _pushed_data(
     from sporadik_dask import reductions
 
     held = variable._data
-    if _is_sporadik_dask(held):
+    if is_read_dask(held):
         source = reader_of(held)
         if isinstance(source, StoreReader):  # still a plain read of the whole store: its runs
             spans = math.prod(held.numblocks)
@@ -249,6 +252,9 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
 
     from sporadik_dask.reductions import Grouping, Target, dense_result
 
+    obj = groupby._original_obj
+    if not isinstance(obj, DataArray) or not is_sporadik_variable(obj.variable):
+        return None  # another's: xarray's own, its codes not even computed here
     kwargs = dict(kwargs)
     func = kwargs.pop("func") if by_name else (args[0] if args else kwargs.pop("func", None))
     if args[1 if not by_name else 0 :] or kwargs.pop("axis", None) is not None:
@@ -344,7 +350,7 @@ def _dataset_grouped(
     ours = [
         name
         for name, array in obj.data_vars.items()
-        if codes_dims[0] in array.dims and _is_sporadik_variable(array.variable)
+        if codes_dims[0] in array.dims and is_sporadik_variable(array.variable)
     ]
     if not ours:
         return None
@@ -370,12 +376,6 @@ def _dataset_grouped(
     return out[[name for name in obj.data_vars if name in out.data_vars]]
 
 
-def _is_sporadik_variable(variable: Any) -> bool:
-    """Whether a variable's data is read from a sporadik store, lazily or as dask blocks."""
-    held = variable._data
-    return _is_sporadik_dask(held) or backend_under(held).backend is not None
-
-
 def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> Any:
     """``data`` with every cell of an empty group missing (NaN), as xarray's flox path leaves
     them; integers are promoted to float64 to hold it, as xarray promotes a reindexed integer
@@ -385,16 +385,3 @@ def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> A
     if data.dtype.kind not in "fc":
         data = data.astype(np.float64)
     return np.where(empty.reshape(spot), np.asarray(np.nan, dtype=data.dtype), data)
-
-
-def _is_sporadik_dask(data: Any) -> bool:
-    """A dask array of sparse blocks read from a sporadik store (its graph names the read)."""
-    import sys
-
-    if "dask.array" not in sys.modules:
-        return False
-    import dask.array as da
-
-    if not isinstance(data, da.Array) or not hasattr(data._meta, "coords"):
-        return False
-    return any(str(name).startswith(READ_PREFIXES) for name in data.dask.layers)
