@@ -34,7 +34,7 @@ from sporadik_dask.read.assembly import assemble, assemble_points, descending, s
 from sporadik_dask.read.selection import Selection, as_slice, distinct, normalize_points
 from sporadik_dask.spec import LayoutGeometry
 
-__all__ = ["install_held_selection", "select_held", "select_held_points"]
+__all__ = ["select_held", "select_held_points", "selecting", "selecting_points", "slicing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,20 +46,10 @@ class _Rows(LayoutGeometry):
     index_order: tuple[int, ...]
 
 
-def install_held_selection() -> None:
-    """Route outer selections of a ``sparse.COO`` in memory through :func:`select_held`;
-    idempotent."""
-    from xarray.core.indexing import ArrayApiIndexingAdapter
+def selecting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter._oindex_get``, with a store's values selected by
+    :func:`select_held`."""
 
-    if getattr(ArrayApiIndexingAdapter._oindex_get, "selects_held", False):
-        return
-    adapter: Any = ArrayApiIndexingAdapter
-    adapter._oindex_get = _selecting(adapter._oindex_get)
-    adapter._vindex_get = _selecting_points(adapter._vindex_get)
-    adapter.__getitem__ = _slicing(adapter.__getitem__)
-
-
-def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
         if not is_read_sparse(self.array):  # another's array: sparse's own indexing
@@ -69,11 +59,12 @@ def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
             selected = original(self, _sliced_as_numpy(self.array, indexer))
         return mark_read(selected)
 
-    _oindex_get.selects_held = True  # type: ignore[attr-defined]
     return _oindex_get
 
 
-def _slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+def slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter.__getitem__``, with a store's values sliced as numpy slices."""
+
     @functools.wraps(original)
     def __getitem__(self: Any, indexer: Any) -> Any:
         if not is_read_sparse(self.array):  # another's array: sparse's own indexing
@@ -96,7 +87,10 @@ def _sliced_as_numpy(array: Any, indexer: Any) -> Any:
     return type(indexer)(key)
 
 
-def _selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
+def selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter._vindex_get``, with a store's values selected pointwise by
+    :func:`select_held_points`."""
+
     @functools.wraps(original)
     def _vindex_get(self: Any, indexer: Any) -> Any:
         if not is_read_sparse(self.array):  # another's array: sparse's own indexing

@@ -30,24 +30,17 @@ import numpy as np
 
 from sporadik_dask.backend.ours import is_read
 
-__all__ = ["install_products"]
+__all__ = ["contract", "contracting"]
 
 #: Under dask, a product summing at least this many positions of the sparse operand is made
 #: dense (see :func:`_denser_than_summed`): a sum over genes or cells, not over a short axis.
 SUMMED_UNDER_DASK = 64
 
 
-def install_products() -> None:
-    """Route ``xr.dot`` of one sparse and one dense operand through :func:`contract`;
-    idempotent, and every other ``einsum`` unchanged."""
-    from xarray.core import duck_array_ops
+def contracting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """xarray's ``einsum``, with a product of a store's sparse data and a dense operand taken
+    by :func:`contract`; every other ``einsum`` unchanged."""
 
-    if getattr(duck_array_ops.einsum, "contracts_sparse", False):
-        return
-    duck_array_ops.einsum = _contracting(duck_array_ops.einsum)
-
-
-def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def einsum(*args: Any, **kwargs: Any) -> Any:
         if (
@@ -69,7 +62,6 @@ def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
         product = contract(left, right, axes)
         return product if _in_order(axes.order) else product.transpose(axes.order)
 
-    einsum.contracts_sparse = True  # type: ignore[attr-defined]
     return einsum
 
 

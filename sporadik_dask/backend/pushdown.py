@@ -3,15 +3,16 @@
 xarray reduces a variable by handing its whole data to a numpy-style function: a lazily opened
 variable is read in full into one ``sparse.COO`` first, and a chunked one goes through
 ``sparse``'s ``nansum`` (dense ``zeros_like``, a three-way ``where``, a sort per chunk, kernels
-compiled in every process). A backend has no say in either. So opening a store wraps
-``xarray.Variable.reduce`` once: for a variable whose data is a sporadik store (lazily indexed,
+compiled in every process). A backend has no say in either. So ``xarray.Variable.reduce`` is
+wrapped: for a variable whose data is a sporadik store (lazily indexed,
 or a dask array read from one) and a reduction computed here (``sum``, ``mean``, ``max``,
 ``min``, ``count``, ``var``, ``std``, with ``skipna``, ``ddof``), the result is computed from
 the store's runs or the blocks' coordinates in one pass, as a dense numpy (or dask) array with
 numpy's dtype. ``groupby(coord)`` reductions of such a variable (one grouping coordinate along
 one dim) are pushed down the same way, each position's values landing in its group's row, in
 place of one read per group. Every other variable and reduction goes to xarray's own method
-unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off.
+unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off. The wrappers are
+installed by :mod:`sporadik_dask.backend.patches`.
 """
 
 from __future__ import annotations
@@ -31,34 +32,12 @@ from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.window import reader_of
 
-__all__ = ["install_reductions"]
+__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down", "pushing_down"]
 
 
-def install_reductions() -> None:
-    """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
-    idempotent, and a no-op for every other variable."""
-    from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
-    from xarray.core.resample import DataArrayResample
-    from xarray.core.variable import Variable
+def pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Variable.reduce``, with a reduction of a sporadik variable computed from its store."""
 
-    if getattr(Variable.reduce, "pushes_sporadik_down", False):
-        return
-    DatasetGroupBy.reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
-        DatasetGroupBy.reduce, by_name=False
-    )
-    DatasetGroupBy._flox_reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
-        DatasetGroupBy._flox_reduce, by_name=True
-    )
-    # a DataArray's resample shares no method with its groupby: each is wrapped
-    for cls in (DataArrayGroupBy, DataArrayResample):
-        cls.reduce = _grouped_pushing_down(cls.reduce, by_name=False)  # type: ignore[method-assign]
-        cls._flox_reduce = _grouped_pushing_down(  # type: ignore[method-assign]
-            cls._flox_reduce, by_name=True
-        )
-    Variable.reduce = _pushing_down(Variable.reduce)  # type: ignore[method-assign]
-
-
-def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def reduce(
         self: Any,
@@ -82,7 +61,6 @@ def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
         keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
         return Variable(dims, data, attrs=self.attrs if keep else None)
 
-    reduce.pushes_sporadik_down = True  # type: ignore[attr-defined]
     return reduce
 
 
@@ -229,7 +207,7 @@ def _in_view(data: Any, target: Any, axes: tuple[int, ...]) -> Any:
     return data if order == sorted(order) else data.transpose(order)
 
 
-def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
+def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
     """``DataArrayGroupBy.reduce`` (a function) or ``._flox_reduce`` (a name), pushed down."""
 
     @functools.wraps(original)
@@ -316,7 +294,7 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     return result.transpose(..., name) if chunked else result
 
 
-def _dataset_grouped_pushing_down(
+def dataset_grouped_pushing_down(
     original: Callable[..., Any], *, by_name: bool
 ) -> Callable[..., Any]:
     """``DatasetGroupBy.reduce`` or ``._flox_reduce``: each sporadik variable along the grouped
