@@ -7,8 +7,9 @@ array in the process. Ours is
 1. a dask array read from a store: its graph holds a read (a layer named with one of
    :data:`~sporadik_dask.read.window.READ_PREFIXES`) and its blocks are sparse;
 2. a ``sparse.COO`` a store's reader gave the backend, or a loaded variable's selection of one,
-   or xarray's compute of (1): marked by :func:`mark_read` as it is made (the mark is an
-   attribute of that one object: anything computed from it is unmarked, as a user's array);
+   or xarray's compute of (1): marked by :func:`mark_read` (defined with the backend array that
+   reads it) as it is made; the mark is an attribute of that one object, so anything computed
+   from it is unmarked, as a user's array is;
 3. a variable whose data is (1), (2), a lazily opened store behind xarray's wrappers, or values
    read from one (``encoding`` holds the store's reader).
 """
@@ -19,23 +20,9 @@ import sys
 from typing import Any
 
 from sporadik_dask.backend.accessor import READER_KEY
+from sporadik_dask.backend.array import backend_under, is_read_sparse, mark_read
 
 __all__ = ["is_read", "is_read_dask", "is_read_sparse", "is_sporadik_variable", "mark_read"]
-
-_MARK = "_sporadik_read"
-
-
-def mark_read(array: Any) -> Any:
-    """``array``, marked as read from a store when it is a ``sparse.COO``; returned as given."""
-    sparse = sys.modules.get("sparse")
-    if sparse is not None and type(array) is sparse.COO:
-        setattr(array, _MARK, True)
-    return array
-
-
-def is_read_sparse(array: Any) -> bool:
-    """Whether ``array`` is a ``sparse.COO`` made by a read of a store (see :func:`mark_read`)."""
-    return getattr(array, _MARK, False) is True
 
 
 def is_read_dask(array: Any) -> bool:
@@ -59,8 +46,6 @@ def is_read(array: Any) -> bool:
 def is_sporadik_variable(variable: Any) -> bool:
     """Whether an xarray ``Variable`` holds a store's data: lazily, as dask blocks of a read, or
     read into memory."""
-    from sporadik_dask.backend.array import backend_under
-
     held = variable._data
     return (
         is_read(held) or backend_under(held).backend is not None or READER_KEY in variable.encoding
