@@ -17,6 +17,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from sporadik_dask import config as _config  # registers the ``sporadik`` keys' defaults
 from sporadik_dask.backend import accessor as _accessor  # registers ``.sporadik``
 from sporadik_dask.errors import (
     AbsentChunkError,
@@ -118,4 +119,4 @@ class _Package(types.ModuleType):
 
 sys.modules[__name__].__class__ = _Package
 
-del _accessor
+del _accessor, _config

@@ -6,12 +6,11 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import threading
 import weakref
 from collections.abc import Hashable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from typing import Any, Literal, overload
@@ -275,25 +274,19 @@ class _Tracked:
 
 
 def _dask_pool(num_workers: int | None) -> Any:
-    """The pool ``dask.threaded.get`` would pick for this thread and thread count, made as it
-    makes one: dask has no public call that returns it."""
+    """The pool ``dask.threaded.get`` picks for this thread and thread count.
+
+    dask has no public call that returns it: a get of nothing has dask make it as it would for
+    the write (its own class, its own exit hook), and it is then read where dask keeps it. Its
+    threads are the ones every compute of the process runs on, so their memory is reused.
+    """
+    dask.threaded.get({}, [], num_workers=num_workers)
     thread = threading.current_thread()
     with dask.threaded.pools_lock:
         if num_workers is None and thread is threading.main_thread():
-            if dask.threaded.default_pool is None:
-                dask.threaded.default_pool = _pool_class()(dask.threaded.CPU_COUNT)
-                atexit.register(dask.threaded.default_pool.shutdown)
             return dask.threaded.default_pool
         own: dict[Any, Any] = dask.threaded.pools[thread]
-        if num_workers not in own:
-            own[num_workers] = _pool_class()(num_workers)
-            atexit.register(own[num_workers].shutdown)
         return own[num_workers]
-
-
-def _pool_class() -> Any:
-    # dask's own pool class where it has one: it carries context variables to the threads
-    return getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)
 
 
 @contextlib.contextmanager

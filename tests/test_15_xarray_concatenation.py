@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import sporadik_dask as sd
 from sporadik_dask.backend.array import backend_under
-from sporadik_dask.backend.concatenation import concatenate_in_order, join_sparse_blocks_in_order
+from sporadik_dask.backend.concatenation import concatenate_in_order
+from sporadik_dask.backend.patches import PATCHES, installed, join_sparse_blocks_in_order
 from tests.helpers import random_dense
 
 
@@ -191,4 +192,4 @@ def test_lazy_variables_expand_and_broadcast_as_loaded_ones_and_numpy_do(
         np.testing.assert_array_equal(got.transpose(*numpy_dims).data.todense(), numpy)
     fresh = xr.open_dataset(path, engine="sporadik")["s"].variable
     assert backend_under(fresh.set_dims(fresh.dims)._data).backend is not None  # nothing read
-    assert getattr(xr.Variable.set_dims, "reads_sporadik_first", False)
+    assert installed(next(p for p in PATCHES if p.symbol.endswith("Variable.set_dims")))

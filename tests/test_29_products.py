@@ -107,9 +107,9 @@ def test_products_that_are_not_one_sparse_times_one_dense_stay_xarrays(
 
 def test_a_product_with_a_sparse_of_another_fill_value_is_sparses() -> None:
     """Not a matrix product of the stored values: sparse's einsum, which refuses it."""
-    from sporadik_dask.backend.products import install_products
+    from sporadik_dask.backend import patches
 
-    install_products()
+    patches.install()
     dense = random_dense(np.random.default_rng(3), (6, 5), 0.4, np.float64)
     x = xr.DataArray(sparse.COO.from_numpy(dense, fill_value=0.0) + 1.0, dims=("a", "b"))
     assert x.data.fill_value == 1.0

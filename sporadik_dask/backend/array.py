@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,33 @@ from xarray.core import indexing
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
-__all__ = ["Beneath", "BoundedLazyArray", "SporadikBackendArray", "backend_under", "outer_of"]
+__all__ = [
+    "Beneath",
+    "BoundedLazyArray",
+    "SporadikBackendArray",
+    "backend_under",
+    "is_read_sparse",
+    "mark_read",
+    "outer_of",
+]
+
+_MARK = "_sporadik_read"
+
+
+def mark_read(array: Any) -> Any:
+    """``array``, marked as read from a store when it is a ``sparse.COO``; returned as given.
+
+    The mark is an attribute of that one object: anything computed from it is unmarked, as a
+    user's own array is (:mod:`~sporadik_dask.backend.ours`)."""
+    sparse = sys.modules.get("sparse")
+    if sparse is not None and type(array) is sparse.COO:
+        setattr(array, _MARK, True)
+    return array
+
+
+def is_read_sparse(array: Any) -> bool:
+    """Whether ``array`` is a ``sparse.COO`` made by a read of a store (see :func:`mark_read`)."""
+    return getattr(array, _MARK, False) is True
 
 
 class SporadikBackendArray(BackendArray):
@@ -31,7 +58,11 @@ class SporadikBackendArray(BackendArray):
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
         """Outer keys go to the reader as xarray gives them (unsorted, repeated, negative), so
         it builds the caller's order while assembling; pointwise keys of arrays go to
-        :meth:`~sporadik_dask.read.StoreReader.read_points`."""
+        :meth:`~sporadik_dask.read.StoreReader.read_points`. What it gives is marked as read
+        (:func:`mark_read`)."""
+        return mark_read(self._read(key))
+
+    def _read(self, key: indexing.ExplicitIndexer) -> Any:
         if not isinstance(key, indexing.VectorizedIndexer):
             return self.reader.read(key.tuple)  # slices of any step, arrays in any order
         outer = outer_of(key, self.ndim)

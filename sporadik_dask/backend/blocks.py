@@ -5,8 +5,9 @@ by dask's ``"auto"`` under ``chunks="auto"``, which counts dense bytes: for a 0.
 matrix it cuts both axes into blocks holding a few MB of values each (5 x 5 blocks of a 3.6 M-value
 store). So the preferred chunks are sized by sparse bytes (:mod:`sporadik_dask.budgets`) along
 the first layout's axis, whole along the others, and carry a marker type; the dask manager's
-``normalize_chunks`` is wrapped once to give every ``"auto"`` dimension of a variable with such
-preferred chunks exactly those. Every other variable is chunked by dask's rule unchanged.
+``normalize_chunks`` is wrapped (:mod:`sporadik_dask.backend.patches`) to give every ``"auto"``
+dimension of a variable with such preferred chunks exactly those. Every other variable is
+chunked by dask's rule unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from sporadik_dask.budgets import positions_per_block
 from sporadik_dask.describe import StoreDescription
 
-__all__ = ["SparseBlockSize", "keep_auto_chunks_sparse", "preferred_chunks"]
+__all__ = ["SparseBlockSize", "auto_as_preferred", "preferred_chunks"]
 
 
 class SparseBlockSize(int):
@@ -38,25 +39,12 @@ def preferred_chunks(description: StoreDescription, dims: tuple[str, ...]) -> di
     }
 
 
-def keep_auto_chunks_sparse() -> None:
-    """Make ``"auto"`` take sporadik variables' preferred chunks, in every dask-based chunk
-    manager xarray holds; idempotent, and a no-op for any other variable."""
-    from xarray.namedarray.daskmanager import DaskManager
-    from xarray.namedarray.parallelcompat import list_chunkmanagers
+def auto_as_preferred(normalize_chunks: Callable[..., Any]) -> Callable[..., Any]:
+    """``DaskManager.normalize_chunks``, with ``"auto"`` along a dim of a sporadik variable's
+    preferred chunks (:class:`SparseBlockSize`) taken as those; any other call unchanged."""
 
-    for manager in list_chunkmanagers().values():
-        if not isinstance(manager, DaskManager):
-            continue
-        if getattr(manager.normalize_chunks, "keeps_sporadik_sparse", False):
-            continue
-        manager.normalize_chunks = _auto_as_preferred(  # type: ignore[method-assign]
-            manager.normalize_chunks
-        )
-
-
-def _auto_as_preferred(normalize_chunks: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(normalize_chunks)
-    def sparse_auto(chunks: Any, *args: Any, **kwargs: Any) -> Any:
+    def sparse_auto(self: Any, chunks: Any, *args: Any, **kwargs: Any) -> Any:
         previous = kwargs.get("previous_chunks")
         if (
             isinstance(chunks, tuple)
@@ -68,7 +56,6 @@ def _auto_as_preferred(normalize_chunks: Callable[..., Any]) -> Callable[..., An
                 int(size) if wanted == "auto" and isinstance(size, SparseBlockSize) else wanted
                 for wanted, size in zip(chunks, previous, strict=True)
             )
-        return normalize_chunks(chunks, *args, **kwargs)
+        return normalize_chunks(self, chunks, *args, **kwargs)
 
-    sparse_auto.keeps_sporadik_sparse = True  # type: ignore[attr-defined]
     return sparse_auto

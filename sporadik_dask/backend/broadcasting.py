@@ -13,34 +13,29 @@ variable, and a call that adds no dimension, is handed over as it was.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under
 
-__all__ = ["install_broadcasts"]
+__all__ = ["reading_first"]
 
 
-def install_broadcasts() -> None:
-    """Make ``Variable.set_dims`` read a lazily opened sporadik variable before adding
-    dimensions to it; idempotent."""
-    from xarray.core.variable import Variable
-
-    original = Variable.set_dims
-    if getattr(original, "reads_sporadik_first", False):
-        return
+def reading_first(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Variable.set_dims``, with a lazily opened sporadik variable read before dimensions are
+    added to it."""
 
     @functools.wraps(original)
-    def set_dims(self: Variable, *args: Any, **kwargs: Any) -> Variable:
-        dim = args[0] if args else kwargs.get("dim", kwargs.get("dims", ()))
-        names = [dim] if isinstance(dim, str) else list(dim)
-        if set(names) - set(self.dims) and _wrapped_sporadik(self):
-            self = self.copy(deep=False, data=self.data)
-        expanded: Variable = original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
-        return expanded
+    def set_dims(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _wrapped_sporadik(self):  # another's variable goes to xarray's as it came
+            dim = args[0] if args else kwargs.get("dim", kwargs.get("dims", ()))
+            names = [dim] if isinstance(dim, str) else list(dim)
+            if set(names) - set(self.dims):
+                self = self.copy(deep=False, data=self.data)
+        return original(self, *args, **kwargs)
 
-    set_dims.reads_sporadik_first = True  # type: ignore[attr-defined]
-    Variable.set_dims = set_dims  # type: ignore[method-assign]
+    return set_dims
 
 
 def _wrapped_sporadik(variable: Any) -> bool:

@@ -5,11 +5,11 @@ then densifies each chunk (``xarray.namedarray.daskmanager.DaskManager.from_arra
 has no say in either. Left alone, ``xr.open_dataset(store, engine="sporadik", chunks={})`` would
 turn every chunk of a store dense: gigabytes per block of a single-cell matrix.
 
-So opening a store through the backend hands xarray's dask manager one rule, applied to sporadik
-variables only: they go to dask with a ``sparse.COO`` meta and ``asarray=False``, through dask's
-own getter, so slice fusion stays and chunks stay sparse. Every other array goes to dask's manager
-unchanged. The same rule is also registered as a chunk manager of its own,
-``chunked_array_type="sporadik"``.
+So xarray's dask manager is given one rule (installed by :mod:`sporadik_dask.backend.patches`),
+applied to sporadik variables only: they go to dask with a ``sparse.COO`` meta and
+``asarray=False``, through dask's own getter, so slice fusion stays and chunks stay sparse.
+Every other array goes to dask's manager unchanged. The same rule is also registered as a
+chunk manager of its own, ``chunked_array_type="sporadik"``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import numpy as np
 from xarray.namedarray.daskmanager import DaskManager
 
 from sporadik_dask.backend.array import backend_under
+from sporadik_dask.backend.ours import is_read_dask, is_read_sparse, mark_read
 
-__all__ = ["SporadikChunkManager", "keep_dask_chunks_sparse", "plain_dask_array"]
+__all__ = ["SporadikChunkManager", "computing_fresh", "keeping_sparse", "plain_dask_array"]
 
 
 class SporadikChunkManager(DaskManager):
@@ -46,42 +47,35 @@ class SporadikChunkManager(DaskManager):
         return super().from_array(data, chunks, **kwargs) if chunked is None else chunked
 
 
-def keep_dask_chunks_sparse() -> None:
-    """Make the dask manager xarray holds keep sporadik variables sparse; idempotent.
-
-    Called each time the backend opens a store, so it holds even after xarray reloads its
-    managers; arrays from any other source take dask's manager's own path.
-    """
-    from xarray.namedarray.parallelcompat import list_chunkmanagers
-
-    manager = list_chunkmanagers().get("dask")
-    if manager is None or getattr(manager.from_array, "keeps_sporadik_sparse", False):
-        return
-    manager.from_array = _keeping_sparse(manager.from_array)  # type: ignore[method-assign]
-    manager.compute = _computing_fresh(manager.compute)  # type: ignore[method-assign]
-
-
-def _computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
-    """xarray's compute of dask arrays, each block a reduction of ours made afresh handed back
+def computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
+    """``DaskManager.compute``, each block a reduction of ours made afresh handed back
     uncopied (:class:`~sporadik_dask.graph.FreshResult`): a variable holds it as a plain dask
-    array (:func:`plain_dask_array`), whose one block dask would deep-copy on the way out."""
+    array (:func:`plain_dask_array`), whose one block dask would deep-copy on the way out. A
+    read computed whole is marked as read (:func:`~sporadik_dask.backend.ours.mark_read`)."""
 
     @functools.wraps(compute)
-    def compute_fresh(*data: Any, **kwargs: Any) -> Any:
+    def compute_fresh(self: Any, *data: Any, **kwargs: Any) -> Any:
         from sporadik_dask.graph import as_fresh
 
-        return compute(*(as_fresh(x) for x in data), **kwargs)
+        ours = [as_fresh(x) for x in data]  # anyone else's array is handed over as it came
+        computed = compute(self, *ours, **kwargs)
+        # a read computed whole is a read still: its selections and products stay ours
+        return tuple(
+            mark_read(c) if is_read_dask(x) else c for x, c in zip(data, computed, strict=True)
+        )
 
     return compute_fresh
 
 
-def _keeping_sparse(from_array: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(from_array)
-    def sparse_for_sporadik(data: Any, chunks: Any, **kwargs: Any) -> Any:
-        chunked = _sparse_from_array(data, chunks, kwargs)
-        return from_array(data, chunks, **kwargs) if chunked is None else chunked
+def keeping_sparse(from_array: Callable[..., Any]) -> Callable[..., Any]:
+    """``DaskManager.from_array``, with a lazily opened sporadik variable chunked into
+    ``sparse.COO`` blocks; any other array goes to dask's manager unchanged."""
 
-    sparse_for_sporadik.keeps_sporadik_sparse = True  # type: ignore[attr-defined]
+    @functools.wraps(from_array)
+    def sparse_for_sporadik(self: Any, data: Any, chunks: Any, **kwargs: Any) -> Any:
+        chunked = _sparse_from_array(data, chunks, kwargs)
+        return from_array(self, data, chunks, **kwargs) if chunked is None else chunked
+
     return sparse_for_sporadik
 
 
@@ -123,14 +117,15 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def _held_sparse(data: Any) -> Any:
-    """The ``sparse.COO`` an xarray in-memory wrapper holds (``MemoryCachedArray`` once
-    ``.data`` was read), or None: dask's manager would give it numpy meta and dense blocks."""
+    """The ``sparse.COO`` read from a store that an xarray in-memory wrapper holds
+    (``MemoryCachedArray`` once ``.data`` was read), or None: dask's manager would give it numpy
+    meta and dense blocks. Anyone else's ``sparse.COO`` is chunked as dask's manager chunks it."""
     import sparse
     from xarray.core import indexing
 
     while data is not None:
         if type(data) is sparse.COO:
-            return data
+            return data if is_read_sparse(data) else None  # another's: dask's manager's rule
         if isinstance(data, (indexing.LazilyIndexedArray, indexing.LazilyVectorizedIndexedArray)):
             return None
         data = getattr(data, "array", None)

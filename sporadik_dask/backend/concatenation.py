@@ -7,21 +7,22 @@ its genes' runs once), so computing it joins blocks along axis 1. dask hands tha
 a numba function it does not cache: compiled in every new process, about a second (measured,
 100 sorted genes of 60,000 x 20,000 cells: 0.87 s first against 0.06 s again). The blocks are
 each in C order already, so a stable counting sort along the axes before the joined one puts
-them in C order in O(n), with this package's cached kernels. Opening a store registers it with
-dask for ``sparse.COO``, in the process, for every dask array of ``sparse.COO`` blocks: the
-result is the one sparse gives (tested against it), and any other join is sparse's own.
+them in C order in O(n), with this package's cached kernels
+(:mod:`sporadik_dask.backend.patches` has dask join ``sparse.COO`` blocks with it): the result
+is the one sparse gives (tested against it), and any other join is sparse's own.
 ``dask.config`` ``sporadik.join-in-order: False`` hands every join back to ``sparse.concatenate``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from xarray.core import indexing
 
-__all__ = ["concatenate_in_order", "install_variable_joins", "join_sparse_blocks_in_order"]
+__all__ = ["concatenate_in_order", "reading_first", "reading_on_index"]
 
 
 def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
@@ -108,49 +109,41 @@ def _same_fill(a: Any, b: Any) -> bool:
     return bool(a == b or (a != a and b != b))
 
 
-def join_sparse_blocks_in_order() -> None:
-    """Make dask join ``sparse.COO`` blocks with :func:`concatenate_in_order`; idempotent.
+def reading_first(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Variable.concat`` (its function, under the classmethod), with lazily opened sporadik
+    variables read first.
 
-    dask registers sparse's functions the first time it meets a sparse type, replacing whatever
-    was registered for ``sparse.COO``; so that registration is made to happen first.
+    xarray joins variables from their lazy wrappers asking numpy for the values: a backend array
+    holding ``sparse.COO`` raises there ("Cannot convert a sparse array to dense
+    automatically"), where the same variables loaded join as sparse. A join of no such variable
+    is handed over as it came.
     """
-    import sparse
-    from dask.array.dispatch import concatenate_lookup
 
-    if concatenate_lookup.dispatch(sparse.COO) is not concatenate_in_order:
-        concatenate_lookup.register(sparse.COO, concatenate_in_order)
+    @functools.wraps(original)
+    def concat(cls: Any, variables: Any, *args: Any, **kwargs: Any) -> Any:
+        variables = list(variables)
+        if any(_lazy(v) for v in variables):
+            variables = [v.copy(deep=False, data=v.data) if _lazy(v) else v for v in variables]
+        return original(cls, variables, *args, **kwargs)
+
+    return concat
 
 
-def install_variable_joins() -> None:
-    """``xr.concat``, and ``reindex`` to labels the variable lacks, of lazily opened sporadik
-    variables: each reads its selection first.
+def reading_on_index(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Variable._getitem_with_mask`` (``reindex`` to labels the variable lacks), with a lazily
+    opened sporadik variable's selection read as it is made, so missing labels are filled as
+    sparse; any other variable is handed over as it came."""
 
-    xarray joins variables from their lazy wrappers, and fills missing labels through them,
-    asking numpy for the values: a backend array holding ``sparse.COO`` raises there ("Cannot
-    convert a sparse array to dense automatically"), where the same variables loaded join and
-    fill as sparse. Every other variable is handed over as it was. Idempotent.
-    """
-    from xarray.core.variable import Variable
-
-    original = Variable.__dict__["concat"]
-    if getattr(original, "reads_sporadik_first", False):
-        return
-    masked = Variable._getitem_with_mask
-
-    def concat(cls: type[Variable], variables: Any, *args: Any, **kwargs: Any) -> Any:
-        read = [v.copy(deep=False, data=v.data) if _lazy(v) else v for v in variables]
-        return original.__func__(cls, read, *args, **kwargs)
-
-    def _getitem_with_mask(self: Variable, *args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(original)
+    def _getitem_with_mask(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _lazy(self):
+            from xarray.core.variable import Variable
+
             read_on_index = _ReadOnIndex(self._data)
             self = Variable(self.dims, read_on_index, self.attrs, self.encoding, fastpath=True)
-        return masked(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+        return original(self, *args, **kwargs)
 
-    wrapped = classmethod(concat)
-    wrapped.reads_sporadik_first = True  # type: ignore[attr-defined]
-    Variable.concat = wrapped  # type: ignore[method-assign, assignment]
-    Variable._getitem_with_mask = _getitem_with_mask  # type: ignore[method-assign]
+    return _getitem_with_mask
 
 
 def _lazy(variable: Any) -> bool:

@@ -14,16 +14,10 @@ from typing import Any
 import pandas as pd
 import xarray as xr
 
+from sporadik_dask.backend import patches
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
-from sporadik_dask.backend.blocks import keep_auto_chunks_sparse, preferred_chunks
-from sporadik_dask.backend.broadcasting import install_broadcasts
-from sporadik_dask.backend.chunkmanager import keep_dask_chunks_sparse
-from sporadik_dask.backend.concatenation import install_variable_joins, join_sparse_blocks_in_order
-from sporadik_dask.backend.dask_selection import install_dask_selection
-from sporadik_dask.backend.held import install_held_selection
-from sporadik_dask.backend.products import install_products
-from sporadik_dask.backend.pushdown import install_reductions
+from sporadik_dask.backend.blocks import preferred_chunks
 from sporadik_dask.describe import open_store
 from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
@@ -45,15 +39,7 @@ def open_store_dataset(
     (``chunks={}`` fails in dask's ``normalize_chunks``), while an index stays in memory as it
     is. It also lets ``sel(cell_type="B")`` select a group's cells.
     """
-    keep_dask_chunks_sparse()
-    keep_auto_chunks_sparse()
-    install_reductions()
-    install_products()
-    install_dask_selection()
-    install_held_selection()
-    install_variable_joins()
-    install_broadcasts()
-    join_sparse_blocks_in_order()
+    patches.install()
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
     labels = read_labels(opened.root, len(reader.shape), reader.location)

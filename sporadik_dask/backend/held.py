@@ -10,10 +10,12 @@ So the values outside the selected positions are dropped first (one table lookup
 and the rows left handed to the same :func:`~sporadik_dask.read.assembly.assemble` a read from
 disk uses (the caller's order and repeats kept, C order by counting sorts). Outer selections
 with an array on some axis go this way: every ``sparse.COO`` is in C order with no duplicates
-(its constructor makes it so, and sparse's own indexing relies on it). Every other key is
-``sparse``'s own, its slices spelled as ``sparse`` 0.19 reads them right (a negative stop no
-smaller than the step, which it reads as running past position 0, spelled as None or as the
-position it stands for); everything with ``sporadik.pushdown: False`` is ``sparse``'s as given.
+(its constructor makes it so, and sparse's own indexing relies on it). Only a store's values
+are taken so (:mod:`~sporadik_dask.backend.ours`): anyone else's ``sparse.COO`` is indexed by
+``sparse`` as before. Every other key is ``sparse``'s own, its slices spelled as ``sparse``
+0.19 reads them right (a negative stop no smaller than the step, which it reads as running past
+position 0, spelled as None or as the position it stands for); everything with
+``sporadik.pushdown: False`` is ``sparse``'s as given.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from typing import Any
 import dask
 import numpy as np
 
+from sporadik_dask.backend.ours import is_read_sparse, mark_read
 from sporadik_dask.kernels import rows_of_runs
 from sporadik_dask.read.assembly import assemble, assemble_points, descending, slot_table
 from sporadik_dask.read.selection import Selection, as_slice, distinct, normalize_points
 from sporadik_dask.spec import LayoutGeometry
 
-__all__ = ["install_held_selection", "select_held", "select_held_points"]
+__all__ = ["select_held", "select_held_points", "selecting", "selecting_points", "slicing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,35 +46,30 @@ class _Rows(LayoutGeometry):
     index_order: tuple[int, ...]
 
 
-def install_held_selection() -> None:
-    """Route outer selections of a ``sparse.COO`` in memory through :func:`select_held`;
-    idempotent."""
-    from xarray.core.indexing import ArrayApiIndexingAdapter
+def selecting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter._oindex_get``, with a store's values selected by
+    :func:`select_held`."""
 
-    if getattr(ArrayApiIndexingAdapter._oindex_get, "selects_held", False):
-        return
-    adapter: Any = ArrayApiIndexingAdapter
-    adapter._oindex_get = _selecting(adapter._oindex_get)
-    adapter._vindex_get = _selecting_points(adapter._vindex_get)
-    adapter.__getitem__ = _slicing(adapter.__getitem__)
-
-
-def _selecting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
+        if not is_read_sparse(self.array):  # another's array: sparse's own indexing
+            return original(self, indexer)
         selected = select_held(self.array, indexer.tuple)
-        if selected is not None:
-            return selected
-        return original(self, _sliced_as_numpy(self.array, indexer))
+        if selected is None:
+            selected = original(self, _sliced_as_numpy(self.array, indexer))
+        return mark_read(selected)
 
-    _oindex_get.selects_held = True  # type: ignore[attr-defined]
     return _oindex_get
 
 
-def _slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+def slicing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter.__getitem__``, with a store's values sliced as numpy slices."""
+
     @functools.wraps(original)
     def __getitem__(self: Any, indexer: Any) -> Any:
-        return original(self, _sliced_as_numpy(self.array, indexer))
+        if not is_read_sparse(self.array):  # another's array: sparse's own indexing
+            return original(self, indexer)
+        return mark_read(original(self, _sliced_as_numpy(self.array, indexer)))
 
     return __getitem__
 
@@ -89,11 +87,16 @@ def _sliced_as_numpy(array: Any, indexer: Any) -> Any:
     return type(indexer)(key)
 
 
-def _selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
+def selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ArrayApiIndexingAdapter._vindex_get``, with a store's values selected pointwise by
+    :func:`select_held_points`."""
+
     @functools.wraps(original)
     def _vindex_get(self: Any, indexer: Any) -> Any:
+        if not is_read_sparse(self.array):  # another's array: sparse's own indexing
+            return original(self, indexer)
         selected = select_held_points(self.array, indexer)
-        return original(self, indexer) if selected is None else selected
+        return original(self, indexer) if selected is None else mark_read(selected)
 
     return _vindex_get
 

@@ -10,9 +10,11 @@ kept axes lead, made a ``scipy.sparse`` CSR matrix, and multiplied with the dens
 scipy does about 4x faster than ``sparse``'s own ``tensordot`` or ``@`` (50,000 x 20,000 at
 1 %, times 20,000 x 50: 0.2 s against 0.8 s). Under dask each pair of blocks is multiplied so,
 and the partial products summed as dask's ``tensordot`` does, so no task holds more than its
-blocks. A product whose dense result would outgrow the sparse one (nothing summed, as in an
-outer product or a scaling, or a short axis summed) stays sparse, as does any other ``einsum``
-(batch dims, both operands sparse or both dense, a fill value that is not 0): xarray's own.
+blocks. Only a product of a store's data is taken so (:mod:`~sporadik_dask.backend.ours`): a
+user's own ``sparse.COO`` times a dense array stays ``sparse.einsum``'s. A product whose dense
+result would outgrow the sparse one (nothing summed, as in an outer product or a scaling, or a
+short axis summed) stays sparse, as does any other ``einsum`` (batch dims, both operands sparse
+or both dense, a fill value that is not 0): xarray's own.
 ``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or
 more operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
 """
@@ -26,29 +28,25 @@ from typing import Any
 import dask
 import numpy as np
 
-__all__ = ["install_products"]
+from sporadik_dask.backend.ours import is_read
+
+__all__ = ["contract", "contracting"]
 
 #: Under dask, a product summing at least this many positions of the sparse operand is made
 #: dense (see :func:`_denser_than_summed`): a sum over genes or cells, not over a short axis.
 SUMMED_UNDER_DASK = 64
 
 
-def install_products() -> None:
-    """Route ``xr.dot`` of one sparse and one dense operand through :func:`contract`;
-    idempotent, and every other ``einsum`` unchanged."""
-    from xarray.core import duck_array_ops
+def contracting(original: Callable[..., Any]) -> Callable[..., Any]:
+    """xarray's ``einsum``, with a product of a store's sparse data and a dense operand taken
+    by :func:`contract`; every other ``einsum`` unchanged."""
 
-    if getattr(duck_array_ops.einsum, "contracts_sparse", False):
-        return
-    duck_array_ops.einsum = _contracting(duck_array_ops.einsum)
-
-
-def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def einsum(*args: Any, **kwargs: Any) -> Any:
         if (
             kwargs
             or len(args) != 3
+            or not (is_read(args[1]) or is_read(args[2]))  # another's product: einsum's own
             or not isinstance(args[0], str)
             or not dask.config.get("sporadik.pushdown", True)
         ):
@@ -64,7 +62,6 @@ def _contracting(original: Callable[..., Any]) -> Callable[..., Any]:
         product = contract(left, right, axes)
         return product if _in_order(axes.order) else product.transpose(axes.order)
 
-    einsum.contracts_sparse = True  # type: ignore[attr-defined]
     return einsum
 
 

@@ -3,15 +3,16 @@
 xarray reduces a variable by handing its whole data to a numpy-style function: a lazily opened
 variable is read in full into one ``sparse.COO`` first, and a chunked one goes through
 ``sparse``'s ``nansum`` (dense ``zeros_like``, a three-way ``where``, a sort per chunk, kernels
-compiled in every process). A backend has no say in either. So opening a store wraps
-``xarray.Variable.reduce`` once: for a variable whose data is a sporadik store (lazily indexed,
+compiled in every process). A backend has no say in either. So ``xarray.Variable.reduce`` is
+wrapped: for a variable whose data is a sporadik store (lazily indexed,
 or a dask array read from one) and a reduction computed here (``sum``, ``mean``, ``max``,
 ``min``, ``count``, ``var``, ``std``, with ``skipna``, ``ddof``), the result is computed from
 the store's runs or the blocks' coordinates in one pass, as a dense numpy (or dask) array with
 numpy's dtype. ``groupby(coord)`` reductions of such a variable (one grouping coordinate along
 one dim) are pushed down the same way, each position's values landing in its group's row, in
 place of one read per group. Every other variable and reduction goes to xarray's own method
-unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off.
+unchanged. ``dask.config`` ``sporadik.pushdown: False`` switches it off. The wrappers are
+installed by :mod:`sporadik_dask.backend.patches`.
 """
 
 from __future__ import annotations
@@ -27,37 +28,16 @@ import numpy.typing as npt
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import plain_dask_array
+from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
-from sporadik_dask.read.window import READ_PREFIXES, reader_of
+from sporadik_dask.read.window import reader_of
 
-__all__ = ["install_reductions"]
-
-
-def install_reductions() -> None:
-    """Route reductions of sporadik variables through :mod:`sporadik_dask.reductions`;
-    idempotent, and a no-op for every other variable."""
-    from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
-    from xarray.core.resample import DataArrayResample
-    from xarray.core.variable import Variable
-
-    if getattr(Variable.reduce, "pushes_sporadik_down", False):
-        return
-    DatasetGroupBy.reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
-        DatasetGroupBy.reduce, by_name=False
-    )
-    DatasetGroupBy._flox_reduce = _dataset_grouped_pushing_down(  # type: ignore[method-assign]
-        DatasetGroupBy._flox_reduce, by_name=True
-    )
-    # a DataArray's resample shares no method with its groupby: each is wrapped
-    for cls in (DataArrayGroupBy, DataArrayResample):
-        cls.reduce = _grouped_pushing_down(cls.reduce, by_name=False)  # type: ignore[method-assign]
-        cls._flox_reduce = _grouped_pushing_down(  # type: ignore[method-assign]
-            cls._flox_reduce, by_name=True
-        )
-    Variable.reduce = _pushing_down(Variable.reduce)  # type: ignore[method-assign]
+__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down", "pushing_down"]
 
 
-def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
+def pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Variable.reduce``, with a reduction of a sporadik variable computed from its store."""
+
     @functools.wraps(original)
     def reduce(
         self: Any,
@@ -81,7 +61,6 @@ def _pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
         keep = _get_keep_attrs(default=True) if keep_attrs is None else keep_attrs
         return Variable(dims, data, attrs=self.attrs if keep else None)
 
-    reduce.pushes_sporadik_down = True  # type: ignore[attr-defined]
     return reduce
 
 
@@ -140,6 +119,8 @@ def _pushed_down(
     """The reduced dims and data, or None to leave the reduction to xarray."""
     from sporadik_dask.reductions import Target, dense_result, refuse_empty
 
+    if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
+        return None
     options = _options(_op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
@@ -179,7 +160,7 @@ def _pushed_data(
     from sporadik_dask import reductions
 
     held = variable._data
-    if _is_sporadik_dask(held):
+    if is_read_dask(held):
         source = reader_of(held)
         if isinstance(source, StoreReader):  # still a plain read of the whole store: its runs
             spans = math.prod(held.numblocks)
@@ -226,7 +207,7 @@ def _in_view(data: Any, target: Any, axes: tuple[int, ...]) -> Any:
     return data if order == sorted(order) else data.transpose(order)
 
 
-def _grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
+def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
     """``DataArrayGroupBy.reduce`` (a function) or ``._flox_reduce`` (a name), pushed down."""
 
     @functools.wraps(original)
@@ -250,6 +231,9 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
 
     from sporadik_dask.reductions import Grouping, Target, dense_result
 
+    obj = groupby._original_obj
+    if not isinstance(obj, DataArray) or not is_sporadik_variable(obj.variable):
+        return None  # another's: xarray's own, its codes not even computed here
     kwargs = dict(kwargs)
     func = kwargs.pop("func") if by_name else (args[0] if args else kwargs.pop("func", None))
     if args[1 if not by_name else 0 :] or kwargs.pop("axis", None) is not None:
@@ -318,7 +302,7 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     return result.transpose(..., name) if chunked else result
 
 
-def _dataset_grouped_pushing_down(
+def dataset_grouped_pushing_down(
     original: Callable[..., Any], *, by_name: bool
 ) -> Callable[..., Any]:
     """``DatasetGroupBy.reduce`` or ``._flox_reduce``: each sporadik variable along the grouped
@@ -352,7 +336,7 @@ def _dataset_grouped(
     ours = [
         name
         for name, array in obj.data_vars.items()
-        if codes_dims[0] in array.dims and _is_sporadik_variable(array.variable)
+        if codes_dims[0] in array.dims and is_sporadik_variable(array.variable)
     ]
     if not ours:
         return None
@@ -378,12 +362,6 @@ def _dataset_grouped(
     return out[[name for name in obj.data_vars if name in out.data_vars]]
 
 
-def _is_sporadik_variable(variable: Any) -> bool:
-    """Whether a variable's data is read from a sporadik store, lazily or as dask blocks."""
-    held = variable._data
-    return _is_sporadik_dask(held) or backend_under(held).backend is not None
-
-
 def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> Any:
     """``data`` with every cell of an empty group missing (NaN), as xarray's flox path leaves
     them; integers are promoted to float64 to hold it, as xarray promotes a reindexed integer
@@ -393,16 +371,3 @@ def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> A
     if data.dtype.kind not in "fc":
         data = data.astype(np.float64)
     return np.where(empty.reshape(spot), np.asarray(np.nan, dtype=data.dtype), data)
-
-
-def _is_sporadik_dask(data: Any) -> bool:
-    """A dask array of sparse blocks read from a sporadik store (its graph names the read)."""
-    import sys
-
-    if "dask.array" not in sys.modules:
-        return False
-    import dask.array as da
-
-    if not isinstance(data, da.Array) or not hasattr(data._meta, "coords"):
-        return False
-    return any(str(name).startswith(READ_PREFIXES) for name in data.dask.layers)
