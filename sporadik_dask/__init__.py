@@ -29,6 +29,7 @@ from sporadik_dask.errors import (
     SporadikError,
     StoreExistsError,
     StoreNotFoundError,
+    StoreReplacedError,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ __all__ = [
     "StoreExistsError",
     "StoreNotFoundError",
     "StoreReader",
+    "StoreReplacedError",
     "StoreWrite",
     "__version__",
     "add_axis",

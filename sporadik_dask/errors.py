@@ -18,6 +18,7 @@ __all__ = [
     "SporadikError",
     "StoreExistsError",
     "StoreNotFoundError",
+    "StoreReplacedError",
 ]
 
 
@@ -43,6 +44,14 @@ class StoreNotFoundError(SporadikError, FileNotFoundError):
 
 class StoreExistsError(SporadikError, FileExistsError):
     """Something is already stored where a write was asked to create a store."""
+
+
+class StoreReplacedError(SporadikError):
+    """The store was rewritten (or is being rewritten) since it was opened.
+
+    Read on, an open array would return the new write's values at the old one's positions, or
+    zeros where chunks are missing, with no error; so a read of it raises this instead.
+    """
 
 
 class ScanWarning(UserWarning):

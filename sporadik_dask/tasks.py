@@ -33,7 +33,8 @@ from sporadik_dask.kernels import (
 )
 from sporadik_dask.spec import check_indices
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
-from sporadik_dask.targets import WRITING_KEY, root_document
+from sporadik_dask.storage import root_document
+from sporadik_dask.targets import WRITING_KEY
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)

@@ -481,9 +481,9 @@ def test_an_array_of_a_store_replaced_since_it_was_opened_says_so(tmp_path: Path
     variable = xr.open_dataset(path, engine="sporadik")["s"]
     picked = variable.isel(dim_0=slice(5, 15))
     sd.to_sporadik(second, path, overwrite=True)
-    replaced = r"s\.zarr was replaced since this array was opened \(the store now says shape"
-    with pytest.raises(sd.LayoutError, match=replaced):
+    replaced = r"s\.zarr was rewritten since it was opened \(another write finished there"
+    with pytest.raises(sd.StoreReplacedError, match=replaced):
         lazy.compute()
-    with pytest.raises(sd.LayoutError, match=replaced):
+    with pytest.raises(sd.StoreReplacedError, match=replaced):
         picked.load()
     np.testing.assert_array_equal(sd.from_sporadik(path).compute().todense(), second)

@@ -23,7 +23,7 @@ from sporadik_dask.backend.dask_selection import install_dask_selection
 from sporadik_dask.backend.held import install_held_selection
 from sporadik_dask.backend.products import install_products
 from sporadik_dask.backend.pushdown import install_reductions
-from sporadik_dask.describe import open_store
+from sporadik_dask.describe import check_as_opened, open_store
 from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
 from sporadik_dask.storage import StoreLike
@@ -55,6 +55,7 @@ def open_store_dataset(
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
     labels = read_labels(opened.root, len(reader.shape), reader.location)
+    check_as_opened(opened)  # the labels, read after the root, are of the store it described
     name = labels.name or _default_name(store)
     data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
