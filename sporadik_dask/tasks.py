@@ -23,7 +23,7 @@ import zarr
 from zarr.storage import StorePath
 
 from sporadik_dask.chunks import write_chunks
-from sporadik_dask.errors import LayoutError, SporadikError
+from sporadik_dask.errors import FetchError, LayoutError, SporadikError
 from sporadik_dask.kernels import (
     check_runs,
     count_positions,
@@ -300,14 +300,29 @@ def piece_of_layout(
     refused rather than copied into a new one.
     """
     lo, hi = int(indptr[0]), int(indptr[-1])
-    raveled = np.asarray(indices.open()[lo:hi], dtype=np.int64)
+    raveled = _elements(indices, lo, hi).astype(np.int64, copy=False)
     index_shape = tuple(int(shape[axis]) for axis in index_order)
     check_indices(raveled, math.prod(index_shape), f"indices {lo}:{hi} of {indices.path}")
     coords = np.empty((len(shape), hi - lo), dtype=np.int64)
     coords[indexed_axis] = np.repeat(np.arange(start, start + len(indptr) - 1), np.diff(indptr))
     for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
         coords[axis] = column
-    return Piece(coords, np.asarray(data.open()[lo:hi]))
+    return Piece(coords, _elements(data, lo, hi))
+
+
+def _elements(array: ArrayRef, lo: int, hi: int) -> npt.NDArray[Any]:
+    """Elements ``lo:hi`` of a stored array; one that cannot be fetched raises
+    :class:`~sporadik_dask.errors.FetchError`, as a read does, on threads and workers alike."""
+    try:
+        return np.asarray(array.open()[lo:hi])
+    except OSError as failed:
+        if isinstance(failed, SporadikError):
+            raise
+        raise FetchError(
+            f"Could not fetch elements {lo}:{hi} of {array.location}/{array.path} "
+            f"({type(failed).__name__}: {failed}); nothing is built from values that could not "
+            "be read. Retry, or raise the store's retry settings (storage_options)."
+        ) from failed
 
 
 def frame_piece(
