@@ -26,16 +26,16 @@ from zarr.storage import StorePath
 
 from sporadik_dask import spill
 from sporadik_dask.budgets import COUNT_BYTES, held_pieces, partition_values
-from sporadik_dask.describe import StoreDescription, describe
+from sporadik_dask.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, current_client, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.plan import LayoutPlan, plan_layout
 from sporadik_dask.skeleton import Skeleton, commit_block, discard, is_committed, skeleton_of
 from sporadik_dask.sources import Source, source_of, source_of_layout
-from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
+from sporadik_dask.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
-from sporadik_dask.targets import check_target
+from sporadik_dask.targets import WRITING_KEY, check_target
 from sporadik_dask.tasks import ArrayRef
 
 __all__ = [
@@ -468,7 +468,10 @@ def _skeleton(
     arrays = {
         axis: {
             name: ArrayRef.at(
-                where.store, _joined(where.path, array.path), array, (where.path, skeleton.token)
+                where.store,
+                _joined(where.path, array.path),
+                array,
+                (where.path, {WRITING_KEY: skeleton.token}),
             )
             for name, array in found.items()
         }
@@ -740,9 +743,12 @@ def add_axis(
         del layouts[f"axis{axis}"]
     orders = {a: layout.index_order for a, layout in description.layouts.items()}
     block = Block.over(description.shape, {**orders, axis: plans[axis].index_order})
+    # its tasks write only while the root holds the block and write it extends: a store
+    # removed or replaced meanwhile (a cancelled add_axis's tasks run on) is left alone
+    extended = {key: root.attrs.get(key) for key in (BLOCK_KEY, WRITTEN_KEY)}
     arrays = {
         axis: {
-            name: ArrayRef.of(array)
+            name: ArrayRef.at(array.store, array.path, array, (root.store_path.path, extended))
             for name, array in create_layout(layouts, plans[axis], byte_addressable).items()
         }
     }

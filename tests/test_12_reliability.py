@@ -266,6 +266,24 @@ def test_tasks_of_a_write_replaced_meanwhile_write_nothing_into_the_new_store(
     sd.validate(path)
 
 
+def test_tasks_of_an_add_axis_whose_store_was_replaced_write_nothing_into_the_new_store(
+    tmp_path: Path,
+) -> None:
+    """A cancelled ``add_axis``'s tasks run on while the store is overwritten by another write
+    of the same documents (``2 * x``): written, the old values' chunks would stand in the new
+    store's layout, and the commit would find its block already there."""
+    dense, x = _input(7)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(x, path, chunk=64, axes=(0,))
+    stale = sd.add_axis(path, 1, chunk=64, compute=False)
+    assert isinstance(stale, sd.StoreWrite)
+    sd.to_sporadik(2 * x, path, chunk=64, overwrite=True)
+    with pytest.raises(sd.SporadikError, match="no longer owns the store"):
+        dask.get(dict(stale.__dask_graph__()), stale.__dask_keys__())
+    np.testing.assert_array_equal(sd.from_sporadik(path, axis=1).compute().todense(), 2 * dense)
+    sd.validate(path)
+
+
 def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
     tmp_path: Path,
 ) -> None:

@@ -49,7 +49,7 @@ def test_every_error_pickles_and_crosses_distributed_as_itself(kind: type[Except
     assert type(back) is kind and str(back) == str(raised)
     # what a worker sends (tblib's reducer, installed by distributed) and the client rebuilds
     _, sent, _ = clean_exception(error_message(raised)["exception"].data)
-    assert type(sent) is kind and str(sent) == str(raised)
+    assert isinstance(sent, kind) and type(sent) is kind and str(sent) == str(raised)
     assert isinstance(sent.__cause__, OSError)
 
 
