@@ -41,8 +41,14 @@ from sporadik_dask.spec import (
     layout_path,
     parse_block,
 )
-from sporadik_dask.storage import StoreLike, location_of, open_group_async, root_document
-from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, run
+from sporadik_dask.storage import (
+    StoreLike,
+    location_of,
+    open_group_async,
+    read_options,
+    root_document,
+)
+from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, resolve_store_path, run
 
 if TYPE_CHECKING:
     from zarr.storage import StorePath
@@ -54,6 +60,7 @@ __all__ = [
     "StoreDescription",
     "check_as_opened",
     "check_as_opened_async",
+    "check_store_as_opened_async",
     "describe",
     "describe_async",
     "open_store",
@@ -466,11 +473,32 @@ async def check_as_opened_async(root: StorePath, description: StoreDescription) 
         ) from failed
     change = _change(document, description)
     if change is not None:
-        raise StoreReplacedError(
-            f"The store at {description.location} was rewritten since it was opened ({change}); "
-            "what this array read from it would be another write's values, or zeros where "
-            "chunks are missing. Open it again."
+        _refuse(description, change)
+
+
+def _refuse(description: StoreDescription, change: str) -> None:
+    raise StoreReplacedError(
+        f"The store at {description.location} was rewritten since it was opened ({change}); "
+        "what this array read from it would be another write's values, or zeros where chunks "
+        "are missing. Open it again."
+    )
+
+
+async def check_store_as_opened_async(
+    store: StoreLike, storage_options: dict[str, Any] | None, description: StoreDescription
+) -> None:
+    """:func:`check_as_opened_async` for a store given as it was opened (a path, a URL, a store
+    object), by a reader that travelled as a location: the root's document, one request."""
+    try:
+        root = await resolve_store_path(
+            _normalized(store), storage_options=read_options(store, storage_options)
         )
+    except FileNotFoundError:  # a local directory, removed
+        root = None
+    if root is None:
+        _refuse(description, "nothing is stored there now")
+    else:
+        await check_as_opened_async(root, description)
 
 
 def check_as_opened(opened: OpenedStore) -> None:

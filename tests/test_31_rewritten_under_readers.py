@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,9 @@ import xarray as xr
 import sporadik_dask as sd
 from sporadik_dask.testing import LoopbackS3, S3Proxy
 from tests.helpers import S3Bucket, open_dataset, proxied_store, random_dense
+
+if TYPE_CHECKING:
+    from distributed import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 REWRITTEN = "rewritten since it was opened"
@@ -144,6 +148,27 @@ def test_a_dataset_opened_before_its_store_was_rewritten_in_another_order_never_
     reopened = xr.open_dataset(where, engine="sporadik", storage_options=options)["counts"]
     picked = reopened.sel(cell=["cell-7", "cell-3"]).compute().data.todense()
     np.testing.assert_array_equal(picked, dense[[7, 3]])
+
+
+def test_readers_opened_again_elsewhere_raise_for_a_store_torn_or_removed_since(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    """A reader travels as a location and opens the store again where it reads (a cluster's
+    worker, an unpickled copy): it checks against the state opened first, not the one it finds."""
+    from distributed import Client
+
+    path = str(tmp_path / "counts.zarr")
+    _, x = _counts(10)
+    sd.to_sporadik(x, path, chunk=64)
+    lazy = sd.from_sporadik(path, chunks=(50, 120))
+    travelled = pickle.loads(pickle.dumps(sd.StoreReader(path)))  # holds a location only
+    _, other = _counts(11)
+    _overwrite_killed_midway(path, None, other, after=150, scratch=tmp_path)
+    with Client(cluster), pytest.raises(sd.StoreReplacedError, match="no finished block"):
+        lazy.compute()
+    shutil.rmtree(path)
+    with pytest.raises(sd.StoreReplacedError, match="nothing is stored there now"):
+        travelled[3]
 
 
 def test_a_store_written_again_with_the_same_values_reads_on(tmp_path: Path) -> None:

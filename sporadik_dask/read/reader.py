@@ -26,6 +26,7 @@ from sporadik_dask.describe import (
     OpenedStore,
     StoreDescription,
     check_as_opened_async,
+    check_store_as_opened_async,
     open_store,
     reopen_store_async,
 )
@@ -70,7 +71,7 @@ def _as_opened(
         _inside.read = True
         try:
             result = method(reader, *args, **kwargs)
-        except SporadikError as failed:
+        except Exception as failed:  # a node gone, say, from a store replaced meanwhile
             reader._check_as_opened(failed)
             raise
         finally:
@@ -212,17 +213,19 @@ class StoreReader:
             return self.read_compressed(key, axis=self.axis)
         return self.read(key, axis=self.axis)
 
-    def _check_as_opened(self, failed: SporadikError | None) -> None:
+    def _check_as_opened(self, failed: Exception | None) -> None:
         """Raise :class:`~sporadik_dask.errors.StoreReplacedError` (from ``failed``, what the
         read raised, if anything) unless the store is still the one this reader opened."""
         if isinstance(failed, StoreReplacedError):
             return
-        root = self._opened_store().root.store_path
         try:
-            run(check_as_opened_async(root, self.description))
+            if self._opened is not None:
+                run(check_as_opened_async(self._opened.root.store_path, self.description))
+            else:  # it could not be opened again: the read failed there
+                run(check_store_as_opened_async(self.store, self.storage_options, self.description))
         except StoreReplacedError as replaced:
             raise replaced from failed
-        except SporadikError:
+        except Exception:
             if failed is None:
                 raise  # the root could not be read: what was read cannot be vouched for
 
