@@ -45,8 +45,9 @@ Format = Literal["coo", "gcxs"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Whether the calling thread is inside a read checked by :func:`_as_opened`, so a read made of
-#: others (its waves) checks the store once, after its last wave.
+#: Whether the calling thread is inside a read checked by :func:`_as_opened` (``read``), so a
+#: read made of others (its waves) checks the store once, after its last wave; and whether that
+#: read fetched anything from the store (``fetched``: an empty selection needs no check).
 _inside = threading.local()
 
 
@@ -68,15 +69,17 @@ def _as_opened(
     def checked(reader: StoreReader, /, *args: P.args, **kwargs: P.kwargs) -> R:
         if getattr(_inside, "read", False):
             return method(reader, *args, **kwargs)
-        _inside.read = True
+        _inside.read, _inside.fetched = True, False
         try:
             result = method(reader, *args, **kwargs)
         except Exception as failed:  # a node gone, say, from a store replaced meanwhile
-            reader._check_as_opened(failed)
+            if _inside.fetched:
+                reader._check_as_opened(failed)
             raise
         finally:
             _inside.read = False
-        reader._check_as_opened(None)
+        if _inside.fetched:
+            reader._check_as_opened(None)
         return result
 
     return checked
@@ -231,7 +234,8 @@ class StoreReader:
 
     @_as_opened
     def read(self, key: Any, *, axis: int | None = None) -> Any:
-        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection.
+        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection, then
+        one request checking the store is still the one opened (:func:`_as_opened`).
 
         ``key`` takes, per axis, an integer, a slice of any step, an integer array (unsorted,
         repeated, negative) or a boolean mask, as numpy's outer indexing does; ``axis`` forces a
@@ -372,7 +376,9 @@ class StoreReader:
         return self._opened
 
     def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
-        """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
+        """The layout's arrays, opened once (metadata documents only) and kept until pickled;
+        what every fetch from the store goes through."""
+        _inside.fetched = True
         return self._opened_store().layout_arrays(layout)
 
     @_as_opened
