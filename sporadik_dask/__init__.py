@@ -30,6 +30,7 @@ from sporadik_dask.errors import (
     SporadikError,
     StoreExistsError,
     StoreNotFoundError,
+    StoreReplacedError,
 )
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ __all__ = [
     "StoreExistsError",
     "StoreNotFoundError",
     "StoreReader",
+    "StoreReplacedError",
     "StoreWrite",
     "__version__",
     "add_axis",

@@ -250,6 +250,11 @@ def _write_files(base: Path, objects: list[tuple[str, bytes]]) -> None:
     guards a reader from a half-written chunk; a store is not read before its completion block
     is written, after every chunk, so in place is as safe here and the file is the same.
     """
+    if not base.is_dir():  # made again, its chunks would stand in a store removed meanwhile
+        raise LayoutError(
+            f"The array directory {base} is gone: its store was removed or replaced while this "
+            "write ran. Nothing was written; write the store again."
+        )
     made: set[Path] = set()
     for key, blob in objects:
         path = base / key

@@ -18,13 +18,19 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zarr
 from zarr.codecs.bytes import BytesCodec, Endian
 
-from sporadik_dask.errors import IncompleteError, LayoutError
+from sporadik_dask.errors import (
+    FetchError,
+    IncompleteError,
+    LayoutError,
+    SporadikError,
+    StoreReplacedError,
+)
 from sporadik_dask.spec import (
     ARRAY_NAMES,
     MAXIMA,
@@ -35,18 +41,36 @@ from sporadik_dask.spec import (
     layout_path,
     parse_block,
 )
-from sporadik_dask.storage import StoreLike, location_of, open_group_async
-from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, run
+from sporadik_dask.storage import (
+    StoreLike,
+    location_of,
+    open_group_async,
+    read_options,
+    root_document,
+)
+from sporadik_dask.zarr_adapter import AsyncArray, AsyncGroup, resolve_store_path, run
+
+if TYPE_CHECKING:
+    from zarr.storage import StorePath
 
 __all__ = [
+    "WRITTEN_KEY",
     "LayoutDescription",
     "OpenedStore",
     "StoreDescription",
+    "check_as_opened",
+    "check_as_opened_async",
+    "check_store_as_opened_async",
     "describe",
     "describe_async",
     "open_store",
     "open_store_async",
 ]
+
+#: Root attribute naming the write that made a finished store (its token, written in one document
+#: with the block): what tells two stores of one shape and count apart, so an array opened on
+#: one never reads the other's values (:func:`check_as_opened`).
+WRITTEN_KEY = "sporadik-dask-written"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +136,9 @@ class StoreDescription:
     spec: str
     shape: tuple[int, ...]
     layouts: Mapping[int, LayoutDescription]
+    #: The token of the write that made the store (:data:`WRITTEN_KEY`); None for a store
+    #: another writer made, told apart from a rewrite of it by its block alone.
+    written: str | None = None
 
     @property
     def rank(self) -> int:
@@ -361,11 +388,13 @@ async def open_store_async(
         _describe_layout(found, entry, block.shape, where)
         for found, entry in zip(nodes, block.layouts, strict=True)
     ]
+    written = root.attrs.get(WRITTEN_KEY)
     description = StoreDescription(
         location=where,
         spec=block.spec,
         shape=block.shape,
         layouts={layout.indexed_axis: layout for layout, _ in described},
+        written=written if isinstance(written, str) else None,
     )
     arrays = {path: array for _, opened in described for path, array in opened.items()}
     return OpenedStore(store, storage_options, root, description, arrays)
@@ -399,6 +428,82 @@ async def reopen_store_async(
     found = await asyncio.gather(*(root.getitem(path) for path in paths))
     arrays = {path: array for path, array in zip(paths, found, strict=True)}
     return OpenedStore(store, storage_options, root, description, arrays)  # type: ignore[arg-type]
+
+
+def _change(document: dict[str, Any] | None, description: StoreDescription) -> str | None:
+    """How the root ``document`` differs from the state ``description`` was made of, or None
+    when it still holds it: a finished block naming the same write, shape and layouts (others
+    may have been added since, by :func:`~sporadik_dask.add_axis`)."""
+    if document is None:
+        return "nothing is stored there now"
+    raw = document.get("attributes")
+    attributes: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    try:
+        block = parse_block(attributes, description.location)
+    except SporadikError:
+        return "it holds no finished block now: another write is under way, or was cut off"
+    written = attributes.get(WRITTEN_KEY)
+    if block.spec != description.spec or block.shape != description.shape:
+        return f"it now holds an array of shape {block.shape}, where it held {description.shape}"
+    if written != description.written:
+        return "another write finished there, of the same shape"
+    entries = set(block.layouts)
+    for layout in description.layouts.values():
+        if LayoutEntry(layout.path, layout.indexed_axis, layout.index_order) not in entries:
+            return f"it no longer holds layout {layout.path!r} as it was"
+    return None
+
+
+async def check_as_opened_async(root: StorePath, description: StoreDescription) -> None:
+    """Refuse with :class:`~sporadik_dask.errors.StoreReplacedError` unless the store at
+    ``root`` is still the one ``description`` was made of. One request: the root's document.
+
+    A writer takes a store's block off before it touches anything else and writes it back last,
+    with the token of the write (:data:`WRITTEN_KEY`). So values read before this check passes
+    are all of the state described: a write that began meanwhile has not committed (no block),
+    or committed another token.
+    """
+    try:
+        document = await root_document(root)
+    except Exception as failed:
+        raise FetchError(
+            f"Could not fetch the root document of {description.location} "
+            f"({type(failed).__name__}: {failed}) to check the store is still the one opened; "
+            "what was read is not returned. Retry, or raise the store's retry settings."
+        ) from failed
+    change = _change(document, description)
+    if change is not None:
+        _refuse(description, change)
+
+
+def _refuse(description: StoreDescription, change: str) -> None:
+    raise StoreReplacedError(
+        f"The store at {description.location} was rewritten since it was opened ({change}); "
+        "what this array read from it would be another write's values, or zeros where chunks "
+        "are missing. Open it again."
+    )
+
+
+async def check_store_as_opened_async(
+    store: StoreLike, storage_options: dict[str, Any] | None, description: StoreDescription
+) -> None:
+    """:func:`check_as_opened_async` for a store given as it was opened (a path, a URL, a store
+    object), by a reader that travelled as a location: the root's document, one request."""
+    try:
+        root = await resolve_store_path(
+            _normalized(store), storage_options=read_options(store, storage_options)
+        )
+    except FileNotFoundError:  # a local directory, removed
+        root = None
+    if root is None:
+        _refuse(description, "nothing is stored there now")
+    else:
+        await check_as_opened_async(root, description)
+
+
+def check_as_opened(opened: OpenedStore) -> None:
+    """Synchronous :func:`check_as_opened_async` for a store opened by :func:`open_store`."""
+    run(check_as_opened_async(opened.root.store_path, opened.description))
 
 
 async def describe_async(

@@ -7,6 +7,8 @@ numbers from the wrong cells, or the right count of zeros, without raising anyth
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AbsentChunkError",
     "AbsentChunkWarning",
@@ -18,11 +20,22 @@ __all__ = [
     "SporadikError",
     "StoreExistsError",
     "StoreNotFoundError",
+    "StoreReplacedError",
 ]
 
 
 class SporadikError(ValueError):
     """Base for everything refused here; a `ValueError`, as in the reference."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuilt by calling the class with its message, as ``pickle`` does by default.
+
+        Spelled out, so the reducer distributed installs for exceptions (``tblib``'s) rebuilds
+        it the same way: without one, tblib makes an exception through ``ValueError.__new__``,
+        which a child of an `OSError` refuses, and a `FetchError` raised on a worker reached
+        the client as a plain `Exception` that ``except FetchError`` did not catch.
+        """
+        return (type(self), self.args, self.__dict__ or None)
 
 
 class SpecError(SporadikError):
@@ -43,6 +56,14 @@ class StoreNotFoundError(SporadikError, FileNotFoundError):
 
 class StoreExistsError(SporadikError, FileExistsError):
     """Something is already stored where a write was asked to create a store."""
+
+
+class StoreReplacedError(SporadikError):
+    """The store was rewritten (or is being rewritten) since it was opened.
+
+    Read on, an open array would return the new write's values at the old one's positions, or
+    zeros where chunks are missing, with no error; so a read of it raises this instead.
+    """
 
 
 class ScanWarning(UserWarning):

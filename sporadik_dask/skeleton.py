@@ -28,6 +28,7 @@ import zarr
 from dask.base import tokenize
 from zarr.storage import MemoryStore, StorePath
 
+from sporadik_dask.describe import WRITTEN_KEY
 from sporadik_dask.errors import SporadikError
 from sporadik_dask.spec import BLOCK_KEY, Block
 from sporadik_dask.storage import open_group, run
@@ -79,13 +80,17 @@ def skeleton_of(
 
     The token names the input as well as the documents: two writes of different inputs of one
     shape and count (``x`` and ``2 * x``) make the same documents, and under one token dask
-    would run one lay-out for both, each then writing its chunks into the other's store."""
+    would run one lay-out for both, each then writing its chunks into the other's store. The
+    same name without the location stays in the root for good (``WRITTEN_KEY``): a reader that
+    opened the store tells it from any later write of other values (a copy of it anywhere, or
+    a retried write, holds the same bytes)."""
     memory = MemoryStore()
     root = zarr.open_group(memory, mode="w", zarr_format=3, attributes=dict(attributes))
     build(root)
     documents = run(_documents(memory))
-    token = tokenize(location, documents, identity)
-    root.attrs[WRITING_KEY] = token
+    written = tokenize(documents, identity)
+    token = tokenize(location, written)
+    root.attrs.update({WRITING_KEY: token, WRITTEN_KEY: written})
     (first, _), *rest = documents  # the root's document, first, now names the write
     marked = run(memory.get(first, buffer_prototype()))
     assert marked is not None  # written just now, in memory

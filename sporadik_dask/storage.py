@@ -7,13 +7,14 @@ loop (a notebook cell).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Literal
 
 import zarr
 import zarr.api.asynchronous as zarr_async
 from zarr.errors import GroupNotFoundError
-from zarr.storage import StoreLike
+from zarr.storage import StoreLike, StorePath
 
 from sporadik_dask.errors import SporadikError, StoreNotFoundError
 from sporadik_dask.zarr_adapter import AsyncGroup, run
@@ -24,6 +25,7 @@ __all__ = [
     "open_group",
     "open_group_async",
     "read_options",
+    "root_document",
     "run",
 ]
 
@@ -86,6 +88,17 @@ async def open_group_async(
             f"The root document of {location_of(store)} cannot be read as a zarr v3 group "
             f"({type(unreadable).__name__}: {unreadable}); the store is corrupt or not zarr v3."
         ) from unreadable
+
+
+async def root_document(where: StorePath) -> dict[str, Any] | None:
+    """The root's ``zarr.json`` at ``where``, parsed; None where there is none, or it is not a
+    JSON object. One request, whatever the store."""
+    raw = await (where / "zarr.json").get()
+    try:
+        document = json.loads(raw.to_bytes()) if raw is not None else None
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def open_group(

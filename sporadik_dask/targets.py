@@ -21,10 +21,10 @@ from zarr.storage import StorePath
 from sporadik_dask.errors import StoreExistsError
 from sporadik_dask.labels import COORDS_GROUP, LABELS_KEY
 from sporadik_dask.spec import BLOCK_KEY, LAYOUTS_GROUP
-from sporadik_dask.storage import StoreLike, location_of, run
+from sporadik_dask.storage import StoreLike, location_of, root_document, run
 from sporadik_dask.zarr_adapter import resolve_store_path
 
-__all__ = ["WRITING_KEY", "Target", "check_target", "root_document", "same_or_inside"]
+__all__ = ["WRITING_KEY", "Target", "check_target", "same_or_inside"]
 
 #: Root attribute naming the write that laid the store out, until its block replaces it
 #: (:mod:`sporadik_dask.skeleton`).
@@ -77,17 +77,6 @@ def _is_sporadik(document: dict[str, Any] | None, entries: set[str]) -> bool:
         or LAYOUTS_GROUP in entries
         or (not attributes and entries == {"zarr.json"})
     )
-
-
-async def root_document(where: StorePath) -> dict[str, Any] | None:
-    """The root's ``zarr.json`` at ``where``, parsed; None where there is none, or it is not a
-    JSON object."""
-    raw = await (where / "zarr.json").get()
-    try:
-        document = json.loads(raw.to_bytes()) if raw is not None else None
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
 
 
 async def _look_async(

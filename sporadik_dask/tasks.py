@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import zarr
 from zarr.storage import StorePath
 
 from sporadik_dask.chunks import write_chunks
-from sporadik_dask.errors import LayoutError, SporadikError
+from sporadik_dask.errors import FetchError, LayoutError, SporadikError
 from sporadik_dask.kernels import (
     check_runs,
     count_positions,
@@ -33,7 +34,7 @@ from sporadik_dask.kernels import (
 )
 from sporadik_dask.spec import check_indices, magnitudes, maxima_dtype
 from sporadik_dask.spill import PartReader, SpilledPart, SpillTo, write_parts
-from sporadik_dask.targets import WRITING_KEY, root_document
+from sporadik_dask.storage import root_document
 
 #: Dtype of the counts a table without a value column gets: one per row, summed per cell.
 COUNT_DTYPE = np.dtype(np.int32)
@@ -145,23 +146,30 @@ class ArrayRef:
     path: str
     #: SHA-1 of the array's ``zarr.json`` as it was when the reference was made.
     metadata: str
-    #: For an array a write lays out: the path of its store's root group and the write's token,
-    #: which the root names until the write commits (see :meth:`check_still_laid_out`).
+    #: For an array a write puts in place: the path of its store's root group and the root
+    #: attributes (a JSON object) that say the store is still the one the write is for: the
+    #: write's token until it commits, or the block and write ``add_axis`` extends (see
+    #: :meth:`check_still_laid_out`).
     owner: tuple[str, str] | None = None
 
     @classmethod
     def of(cls, array: zarr.Array[Any]) -> ArrayRef:
         """A reference to an open array, as it stands now."""
-        return cls(array.store, str(array.store), array.path, _digest(array))
+        return cls.at(array.store, array.path, array, None)
 
     @classmethod
     def at(
-        cls, store: Any, path: str, array: zarr.Array[Any], owner: tuple[str, str] | None = None
+        cls,
+        store: Any,
+        path: str,
+        array: zarr.Array[Any],
+        owner: tuple[str, Mapping[str, Any]] | None,
     ) -> ArrayRef:
         """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
-        (made elsewhere, e.g. in memory) will describe once a write lays it out there: the
-        write ``owner`` names (root, token), or one adding a layout to a finished store."""
-        return cls(store, str(store), path, _digest(array), owner)
+        (made elsewhere, e.g. in memory) describes there, written only while the root group
+        ``owner`` names holds its attributes (``(root, attributes)``)."""
+        named = None if owner is None else (owner[0], json.dumps(owner[1], sort_keys=True))
+        return cls(store, str(store), path, _digest(array), named)
 
     def check_still_laid_out(self) -> None:
         """Refuse to write when the root no longer names the write this array belongs to.
@@ -176,14 +184,16 @@ class ArrayRef:
             return
         from sporadik_dask.storage import run
 
-        root, token = self.owner
+        root, owned = self.owner
         attributes = (run(root_document(StorePath(self.store, root))) or {}).get("attributes")
-        if not isinstance(attributes, dict) or attributes.get(WRITING_KEY) != token:
+        if not isinstance(attributes, dict) or any(
+            attributes.get(key) != value for key, value in json.loads(owned).items()
+        ):
             raise SporadikError(
                 f"{self.location}: the write this task belongs to no longer owns the store (its "
-                "root names another write, or a finished store); its chunks would land in that "
-                "store. Nothing was written by this task; the write it belongs to was cancelled "
-                "or replaced."
+                "root is gone, or names another write or a finished store); its chunks would "
+                "land in that store, or make a removed one again. Nothing was written by this "
+                "task; the write it belongs to was cancelled or replaced."
             )
 
     def open(self) -> zarr.Array[Any]:
@@ -301,14 +311,29 @@ def piece_of_layout(
     refused rather than copied into a new one.
     """
     lo, hi = int(indptr[0]), int(indptr[-1])
-    raveled = np.asarray(indices.open()[lo:hi], dtype=np.int64)
+    raveled = _elements(indices, lo, hi).astype(np.int64, copy=False)
     index_shape = tuple(int(shape[axis]) for axis in index_order)
     check_indices(raveled, math.prod(index_shape), f"indices {lo}:{hi} of {indices.path}")
     coords = np.empty((len(shape), hi - lo), dtype=np.int64)
     coords[indexed_axis] = np.repeat(np.arange(start, start + len(indptr) - 1), np.diff(indptr))
     for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
         coords[axis] = column
-    return Piece(coords, np.asarray(data.open()[lo:hi]))
+    return Piece(coords, _elements(data, lo, hi))
+
+
+def _elements(array: ArrayRef, lo: int, hi: int) -> npt.NDArray[Any]:
+    """Elements ``lo:hi`` of a stored array; one that cannot be fetched raises
+    :class:`~sporadik_dask.errors.FetchError`, as a read does, on threads and workers alike."""
+    try:
+        return np.asarray(array.open()[lo:hi])
+    except OSError as failed:
+        if isinstance(failed, SporadikError):
+            raise
+        raise FetchError(
+            f"Could not fetch elements {lo}:{hi} of {array.location}/{array.path} "
+            f"({type(failed).__name__}: {failed}); nothing is built from values that could not "
+            "be read. Retry, or raise the store's retry settings (storage_options)."
+        ) from failed
 
 
 def frame_piece(

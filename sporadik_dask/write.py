@@ -25,7 +25,7 @@ from zarr.storage import StorePath
 
 from sporadik_dask import spill
 from sporadik_dask.budgets import COUNT_BYTES, held_pieces, partition_values
-from sporadik_dask.describe import StoreDescription, describe
+from sporadik_dask.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.graph import count_graph, current_client, write_graph
 from sporadik_dask.labels import Labels, labels_attributes, write_coords
@@ -42,9 +42,9 @@ from sporadik_dask.skeleton import (
     skeleton_of,
 )
 from sporadik_dask.sources import Source, source_of, source_of_layout
-from sporadik_dask.spec import ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
+from sporadik_dask.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.storage import StoreLike, location_of, open_group
-from sporadik_dask.targets import check_target
+from sporadik_dask.targets import WRITING_KEY, check_target
 from sporadik_dask.tasks import ArrayRef
 
 __all__ = [
@@ -471,7 +471,10 @@ def _skeleton(
     arrays = {
         axis: {
             name: ArrayRef.at(
-                where.store, _joined(where.path, array.path), array, (where.path, skeleton.token)
+                where.store,
+                _joined(where.path, array.path),
+                array,
+                (where.path, {WRITING_KEY: skeleton.token}),
             )
             for name, array in found.items()
         }
@@ -750,9 +753,13 @@ def add_axis(
     path = f"{LAYOUTS_GROUP}/axis{axis}"  # what an unfinished earlier add_axis left goes then
     laid_out = layout_skeleton_of(root, description.location, path, build)
     where = root.store_path
+    # its tasks write only while the root holds the block and write it extends: a store
+    # removed or replaced meanwhile (a cancelled add_axis's tasks run on) is left alone
+    extended = {key: root.attrs.get(key) for key in (BLOCK_KEY, WRITTEN_KEY)}
+    owner = (where.path, extended)
     arrays = {
         axis: {
-            name: ArrayRef.at(where.store, _joined(where.path, array.path), array)
+            name: ArrayRef.at(where.store, _joined(where.path, array.path), array, owner)
             for name, array in made.items()
         }
     }

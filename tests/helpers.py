@@ -220,3 +220,52 @@ def run_on_terminal(args: list[str], timeout: float = 120) -> tuple[int, str]:
         output += read
     os.close(leader)
     return process.wait(timeout=timeout), output.decode(errors="replace")
+
+
+class StallingWrites(WrapperStore[Store]):
+    """A real store on which a write stops for good after ``after`` chunk objects: it names its
+    process in ``marker`` and sleeps until it is killed, its event loop (every write) held."""
+
+    def __init__(self, store: Store, after: int, marker: Path) -> None:
+        super().__init__(store)
+        self.after, self.marker, self.written = after, marker, [0]
+
+    def _with_store(self, store: Store) -> StallingWrites:
+        wrapped = type(self)(store, self.after, self.marker)
+        wrapped.written = self.written
+        return wrapped
+
+    async def set(self, key: str, value: Buffer) -> None:
+        import os
+        import time
+
+        if "/c/" in key:
+            if self.written[0] == self.after:
+                self.marker.with_suffix(".tmp").write_text(str(os.getpid()))
+                self.marker.with_suffix(".tmp").rename(self.marker)
+                time.sleep(600)  # killed long before this ends
+            self.written[0] += 1
+        await self._store.set(key, value)
+
+
+def overwrite_until_stalled(arguments: str) -> None:
+    """In a process of its own: overwrite the store ``arguments`` (JSON: ``location``,
+    ``storage_options``, ``input``, a pickled array, ``after`` and ``marker``) names, stalling
+    after ``after`` chunk objects (:class:`StallingWrites`)."""
+    import pickle
+
+    from zarr.storage import FsspecStore, LocalStore
+
+    import sporadik_dask as sd
+
+    given = json.loads(arguments)
+    location, options = given["location"], given["storage_options"]
+    store: Store = (
+        FsspecStore.from_url(location, storage_options=options, read_only=False)
+        if "://" in location
+        else LocalStore(location)
+    )
+    x = pickle.loads(Path(given["input"]).read_bytes())
+    stalling = StallingWrites(store, given["after"], Path(given["marker"]))
+    sd.to_sporadik(x, stalling, overwrite=True, chunk=given["chunk"])
+    raise SystemExit("the write ended without stalling")

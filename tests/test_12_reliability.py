@@ -266,6 +266,24 @@ def test_tasks_of_a_write_replaced_meanwhile_write_nothing_into_the_new_store(
     sd.validate(path)
 
 
+def test_tasks_of_an_add_axis_whose_store_was_replaced_write_nothing_into_the_new_store(
+    tmp_path: Path,
+) -> None:
+    """A cancelled ``add_axis``'s tasks run on while the store is overwritten by another write
+    of the same documents (``2 * x``): written, the old values' chunks would stand in the new
+    store's layout, and the commit would find its block already there."""
+    dense, x = _input(7)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(x, path, chunk=64, axes=(0,))
+    stale = sd.add_axis(path, 1, chunk=64, compute=False)
+    assert isinstance(stale, sd.StoreWrite)
+    sd.to_sporadik(2 * x, path, chunk=64, overwrite=True)
+    with pytest.raises(sd.SporadikError, match="no longer owns the store"):
+        dask.get(dict(stale.__dask_graph__()), stale.__dask_keys__())
+    np.testing.assert_array_equal(sd.from_sporadik(path, axis=1).compute().todense(), 2 * dense)
+    sd.validate(path)
+
+
 def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
     tmp_path: Path,
 ) -> None:
@@ -483,9 +501,9 @@ def test_an_array_of_a_store_replaced_since_it_was_opened_says_so(tmp_path: Path
     variable = xr.open_dataset(path, engine="sporadik")["s"]
     picked = variable.isel(dim_0=slice(5, 15))
     sd.to_sporadik(second, path, overwrite=True)
-    replaced = r"s\.zarr was replaced since this array was opened \(the store now says shape"
-    with pytest.raises(sd.LayoutError, match=replaced):
+    replaced = r"s\.zarr was rewritten since it was opened \(another write finished there"
+    with pytest.raises(sd.StoreReplacedError, match=replaced):
         lazy.compute()
-    with pytest.raises(sd.LayoutError, match=replaced):
+    with pytest.raises(sd.StoreReplacedError, match=replaced):
         picked.load()
     np.testing.assert_array_equal(sd.from_sporadik(path).compute().todense(), second)

@@ -275,7 +275,8 @@ def _random_values(data: Any, dtype: np.dtype[Any], n: int) -> npt.NDArray[Any]:
         info = np.iinfo(dtype)
         pool = np.array([info.min, info.max, info.max - 1, 1, 2, 3], dtype=dtype)
         return rng.choice(pool, n)
-    base = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4) + rng.choice([0, 1e8])
+    base: npt.NDArray[Any] = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4)
+    base = base + rng.choice([0, 1e8])
     kind = rng.random(n)
     base = np.where(kind < 0.05, np.nan, base)
     base = np.where((kind > 0.05) & (kind < 0.08), np.inf, base)
@@ -308,10 +309,8 @@ def test_random_stores_reduce_as_xarray_does_on_the_dense_array(
     sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims, name="x"), path)
     wide = dense.astype(np.float64) if dtype == np.float32 else dense
     mode = data.draw(st.sampled_from(["lazy", "chunks={}", "small chunks", "loaded"]))
-    opened = {"lazy": {}, "loaded": {}, "chunks={}": {"chunks": {}}}
-    variable = xr.open_dataset(
-        path, engine="sporadik", **opened.get(mode, {"chunks": dict.fromkeys(dims, 2)})
-    )["x"]
+    chunks: Any = {"lazy": None, "loaded": None, "chunks={}": {}}.get(mode, dict.fromkeys(dims, 2))
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
     if mode == "loaded":
         variable = variable.load()
     dimsets = [None, *[(d,) for d in dims], dims[:2]]

@@ -18,7 +18,7 @@ from sporadik_dask.backend import patches
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
-from sporadik_dask.describe import open_store
+from sporadik_dask.describe import check_as_opened, open_store
 from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
 from sporadik_dask.storage import StoreLike
@@ -43,6 +43,8 @@ def open_store_dataset(
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
     labels = read_labels(opened.root, len(reader.shape), reader.location)
+    if labels.coords:  # read from chunks after the root: of the store it described, or refused
+        check_as_opened(opened)
     name = labels.name or _default_name(store)
     data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)

@@ -9,11 +9,12 @@ share (where the store is, its description, the arrays opened once) and pickles 
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
+import threading
 import warnings
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,10 +25,12 @@ from sporadik_dask.describe import (
     LayoutDescription,
     OpenedStore,
     StoreDescription,
+    check_as_opened_async,
+    check_store_as_opened_async,
     open_store,
     reopen_store_async,
 )
-from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError
+from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError, StoreReplacedError
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
@@ -38,6 +41,48 @@ from sporadik_dask.storage import StoreLike, location_of, run
 __all__ = ["StoreReader"]
 
 Format = Literal["coo", "gcxs"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Whether the calling thread is inside a read checked by :func:`_as_opened` (``read``), so a
+#: read made of others (its waves) checks the store once, after its last wave; and whether that
+#: read fetched anything from the store (``fetched``: an empty selection needs no check).
+_inside = threading.local()
+
+
+def _as_opened(
+    method: Callable[Concatenate[StoreReader, P], R],
+) -> Callable[Concatenate[StoreReader, P], R]:
+    """``method``, a read, returning only what the store held when the reader opened it, else
+    raising :class:`~sporadik_dask.errors.StoreReplacedError`.
+
+    The store's root is read once after the read's last wave (:func:`check_as_opened_async`): a
+    writer takes the block off first and writes it back last, with its own token, so a root
+    unchanged after the waves means every chunk they fetched was of the state opened (a rewrite
+    would otherwise give its values at the old positions, or zeros where its chunks are
+    missing). A read failing a check is checked the same way, so a store replaced is not
+    called damaged.
+    """
+
+    @functools.wraps(method)
+    def checked(reader: StoreReader, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if getattr(_inside, "read", False):
+            return method(reader, *args, **kwargs)
+        _inside.read, _inside.fetched = True, False
+        try:
+            result = method(reader, *args, **kwargs)
+        except Exception as failed:  # a node gone, say, from a store replaced meanwhile
+            if _inside.fetched:
+                reader._check_as_opened(failed)
+            raise
+        finally:
+            _inside.read = False
+        if _inside.fetched:
+            reader._check_as_opened(None)
+        return result
+
+    return checked
 
 
 class StoreReader:
@@ -178,31 +223,26 @@ class StoreReader:
             return self.read_compressed(key, axis=self.axis)
         return self.read(key, axis=self.axis)
 
-    @contextlib.contextmanager
-    def _replaced_named(self) -> Iterator[None]:
-        """Say so when what looks like a damaged store is a store replaced since this reader
-        described it: its runs and chunks are then read against the old description, and the
-        message would send the user to rewrite a store that is whole."""
+    def _check_as_opened(self, failed: Exception | None) -> None:
+        """Raise :class:`~sporadik_dask.errors.StoreReplacedError` (from ``failed``, what the
+        read raised, if anything) unless the store is still the one this reader opened."""
+        if isinstance(failed, StoreReplacedError):
+            return
         try:
-            yield
-        except LayoutError as damaged:
-            try:
-                now: StoreDescription | None = open_store(
-                    self.store, storage_options=self.storage_options
-                ).description
-            except SporadikError:  # being written again, or refused: not as it was described
-                now = None
-            if now == self.description:
-                raise
-            raise LayoutError(
-                f"{self.location} was replaced since this array was opened (the store now says "
-                f"{'nothing finished' if now is None else f'shape {now.shape}, {now.nnz:,} values'}"
-                f", where it said shape {self.shape}, {self.description.nnz:,} values), so its "
-                "runs no longer match what this array knows of it. Open it again."
-            ) from damaged
+            if self._opened is not None:
+                run(check_as_opened_async(self._opened.root.store_path, self.description))
+            else:  # it could not be opened again: the read failed there
+                run(check_store_as_opened_async(self.store, self.storage_options, self.description))
+        except StoreReplacedError as replaced:
+            raise replaced from failed
+        except Exception:
+            if failed is None:
+                raise  # the root could not be read: what was read cannot be vouched for
 
+    @_as_opened
     def read(self, key: Any, *, axis: int | None = None) -> Any:
-        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection.
+        """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection, then
+        one request checking the store is still the one opened (:func:`_as_opened`).
 
         ``key`` takes, per axis, an integer, a slice of any step, an integer array (unsorted,
         repeated, negative) or a boolean mask, as numpy's outer indexing does; ``axis`` forces a
@@ -228,6 +268,7 @@ class StoreReader:
             return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
         return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
 
+    @_as_opened
     def read_points(self, key: Any) -> Any:
         """Pointwise (vectorized) indexing: ``key`` holds one integer array per axis, broadcast
         together, and names the cells ``(key[0][i], key[1][i], ...)``, as numpy's
@@ -257,6 +298,7 @@ class StoreReader:
         """``reader.vindex[rows, cols]``: :meth:`read_points`, spelled as dask spells it."""
         return _Points(self)
 
+    @_as_opened
     def route(self, key: Any) -> Route:
         """The layout :meth:`read` would read ``key`` through, and what its runs cost.
 
@@ -294,9 +336,10 @@ class StoreReader:
                 f"contiguous. sporadik_dask.add_axis(store, {narrow[0]}) writes it once, and then "
                 "such selections read only their runs.",
                 ScanWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
+    @_as_opened
     def read_compressed(self, key: Any, *, axis: int) -> Any:
         """``key`` as a ``sparse.GCXS`` compressed along ``axis``.
 
@@ -330,24 +373,28 @@ class StoreReader:
             return result
         return result.asformat("gcxs", compressed_axes=(min(axis, result.ndim - 1),))
 
-    def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
-        """The layout's arrays, opened once (metadata documents only) and kept until pickled."""
+    def _opened_store(self) -> OpenedStore:
+        """The store's root and arrays, opened once (metadata documents only), kept until
+        pickled."""
         if self._opened is None:
             self._opened = run(
                 reopen_store_async(self.store, self.storage_options, self.description)
             )
-        return self._opened.layout_arrays(layout)
+        return self._opened
 
+    def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
+        """The layout's arrays, opened once (metadata documents only) and kept until pickled;
+        what every fetch from the store goes through."""
+        _inside.fetched = True
+        return self._opened_store().layout_arrays(layout)
+
+    @_as_opened
     def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
         Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch; on a
         sharded store, with the shard indexes of ``data`` and ``indices`` a first read needs.
         """
-        with self._replaced_named():
-            return self._brackets(requests)
-
-    def _brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         arrays = [self._arrays(layout) for layout, _ in requests]
         return fetch_brackets(
             [
@@ -358,6 +405,7 @@ class StoreReader:
             next_arrays=[found[name] for found in arrays for name in ("data", "indices")],
         )
 
+    @_as_opened
     def runs(
         self, layout: LayoutDescription, lo: Positions, hi: Positions, *, as_stored: bool = False
     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -377,15 +425,14 @@ class StoreReader:
     ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
         """:meth:`runs` with the indices as stored (int32, say): what assembly reads, without a
         widened copy of them beside the result."""
-        with self._replaced_named():
-            arrays = self._arrays(layout)
-            fetch = (arrays["indices"], arrays["data"])
-            return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
+        arrays = self._arrays(layout)
+        fetch = (arrays["indices"], arrays["data"])
+        return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
 
+    @_as_opened
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
-        with self._replaced_named():
-            return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
+        return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
 
     def _all_brackets(self, axis: int) -> tuple[LayoutDescription, Brackets]:
         """The layout along ``axis`` and the brackets of its every position (all of ``indptr``)."""
@@ -394,11 +441,13 @@ class StoreReader:
         ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
         return layout, (lo, hi)
 
+    @_as_opened
     def counts(self, axis: int) -> Positions:
         """Values per position along ``axis``: ``diff(indptr)``, no value read."""
         _, brackets = self._all_brackets(axis)
         return statistics.counts(brackets)
 
+    @_as_opened
     def totals(self, axis: int) -> npt.NDArray[Any]:
         """Sum of the values at each position along ``axis``, over every other axis.
 
@@ -409,6 +458,7 @@ class StoreReader:
         layout, brackets = self._all_brackets(axis)
         return statistics.totals(layout, brackets, self._arrays(layout)["data"])
 
+    @_as_opened
     def maxima(self, axis: int) -> npt.NDArray[Any]:
         """Largest absolute value per position along ``axis``, as stored at write time.
 
