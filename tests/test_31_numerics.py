@@ -282,7 +282,7 @@ def _random_values(data: Any, dtype: np.dtype[Any], n: int) -> npt.NDArray[Any]:
     base = np.where((kind > 0.05) & (kind < 0.08), np.inf, base)
     base = np.where((kind > 0.08) & (kind < 0.1), -np.inf, base)
     if dtype.kind == "c":
-        return (base + 1j * rng.standard_normal(n)).astype(dtype)
+        return np.asarray(base + 1j * rng.standard_normal(n), dtype=dtype)
     return base.astype(dtype)
 
 
