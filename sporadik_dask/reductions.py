@@ -279,7 +279,9 @@ def finish(
             if dtype.kind == "f":
                 result = np.where(valid > 0, result, np.nan)
         if dtype.kind in "fc":
-            result = np.where(poisoned, np.nan, result)
+            # a NaN the values carried stays as numpy leaves it (a complex one keeps its
+            # imaginary part); absent cells of NaN, which the values do not carry, poison here
+            result = np.where(poisoned & ~np.isnan(result), np.nan, result)
     return np.asarray(result).astype(out_dtype, copy=False)
 
 

@@ -117,15 +117,20 @@ def _pushed_down(
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Hashable, ...], Any] | None:
     """The reduced dims and data, or None to leave the reduction to xarray."""
-    from sporadik_dask.reductions import Target, dense_result, refuse_empty
+    from sporadik_dask.reductions import Target, dense_result
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
+    if variable.size == 0:  # nothing stored: xarray's answer (or error) on the empty array
+        from xarray.core.variable import Variable
+
+        empty = Variable(variable.dims, np.zeros(variable.shape, variable.dtype))
+        reduced = empty.reduce(func, dim=dim, axis=axis, keepdims=keepdims, **kwargs)
+        return reduced.dims, reduced.data
     options = _options(_op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
         return None
-    refuse_empty(options[0], variable.shape, axes)
     target = Target(tuple(variable.shape), axes)
     dense = dense_result(target, options[0])
     min_count = kwargs.get("min_count")
