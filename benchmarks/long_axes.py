@@ -1,0 +1,218 @@
+"""Reads of genome-length axes: the same values in 100 x L stores for L = 3.1e7, 3.1e8, 3.1e9,
+read one way at a time, each in a fresh process: time and peak RSS, beside the reference
+package ``sporadik`` reading the same row.
+
+    .venv/bin/python benchmarks/long_axes.py --label after
+
+Stores are made under ``--work`` if missing (the row layout only: the position layout cannot be
+written at that length). Every value sits in the first 3.1e7 positions, so only the axis's length
+differs. Each case runs with an address-space limit (``--limit-gb``); one killed or refused is
+reported as such. Results replace this label's section between the script's markers in
+``docs/benchmarks.md``, with the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from page import publish
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = 100
+LENGTHS = (31_000_000, 310_000_000, 3_100_000_000)
+#: Where every value sits, whatever the axis's length: the first (shortest) axis.
+SPAN = LENGTHS[0]
+RNG_SEED = 11
+REGION = (12_000_000, 13_000_000)
+CASES = {
+    "row, lazy": "lazy",
+    "row, chunks={}": "chunks",
+    "row, from_sporadik": "dask",
+    "row, StoreReader": "reader",
+    "row, reference": "reference",
+    "1 Mb region, lazy": "lazy",
+    "1 Mb region, chunks={}": "chunks",
+    "1 Mb region, from_sporadik": "dask",
+    "10,000 positions, lazy": "lazy",
+    "10,000 positions, chunks={}": "chunks",
+    "10,000 positions, from_sporadik": "dask",
+    "sample mask, lazy": "lazy",
+    "sample mask, chunks={}": "chunks",
+    "sample mask, from_sporadik": "dask",
+    "1,000 points, lazy": "lazy",
+    "1,000 points, chunks={}": "chunks",
+    "1,000 points, StoreReader": "reader",
+    "open, lazy": "lazy",
+}
+
+
+def values() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Peaks (runs of 2,000 positions in a tenth of the samples) and scattered sites: ~2 M
+    int32 values, every position below :data:`SPAN`."""
+    rng = np.random.default_rng(RNG_SEED)
+    rows, cols = [], []
+    for start in rng.choice(SPAN - 2_000, 500, replace=False):
+        samples = rng.choice(SAMPLES, SAMPLES // 10, replace=False)
+        rows.append(np.repeat(samples, 2_000))
+        cols.append(np.tile(np.arange(start, start + 2_000), samples.size))
+    sites = 10_000 * SAMPLES
+    rows.append(rng.integers(0, SAMPLES, sites))
+    cols.append(rng.integers(0, SPAN, sites))
+    row, col = np.concatenate(rows), np.concatenate(cols)
+    order = np.unique(row.astype(np.int64) * SPAN + col, return_index=True)[1]
+    row, col = row[order], col[order]
+    return row, col, rng.integers(1, 100, row.size, dtype=np.int32)
+
+
+def make_store(path: Path, length: int) -> None:
+    import sparse
+
+    import sporadik_dask
+
+    row, col, data = values()
+    x = sparse.COO(np.stack([row, col]), data, shape=(SAMPLES, length))
+    sporadik_dask.to_sporadik(x, path, axes=(0,), overwrite=True)
+
+
+def keys() -> dict[str, Any]:
+    rng = np.random.default_rng(RNG_SEED + 1)
+    mask = np.zeros(SAMPLES, dtype=bool)
+    mask[rng.choice(SAMPLES, 10, replace=False)] = True
+    return {
+        "row": {"sample": 3},
+        "1 Mb region": {"pos": slice(*REGION)},
+        "10,000 positions": {"pos": np.sort(rng.choice(SPAN, 10_000, replace=False))},
+        "sample mask": {"sample": mask},
+        "1,000 points": (rng.integers(0, SAMPLES, 1_000), rng.integers(0, SPAN, 1_000)),
+    }
+
+
+def run_case(store: str, case: str) -> dict[str, Any]:
+    """One case in this process: seconds and the values read (a checksum)."""
+    import dask
+    import xarray as xr
+
+    import sporadik_dask
+
+    dask.config.set(scheduler="synchronous")
+    what, route = case.split(", ")
+    key = keys().get(what)
+    start = time.perf_counter()
+    if route == "reference":
+        import sporadik
+
+        with sporadik.open_store(store, axis=0) as reader:
+            _, found = reader.coords_at(key["sample"])
+        total = int(found.sum())
+    elif what == "open":
+        ds = xr.open_dataset(store, engine="sporadik")
+        total = len(ds.sizes)
+    elif route in ("lazy", "chunks"):
+        ds = xr.open_dataset(store, engine="sporadik", chunks={} if route == "chunks" else None)
+        (var,) = ds.data_vars.values()
+        var = var.rename({var.dims[0]: "sample", var.dims[1]: "pos"})
+        if what == "1,000 points":
+            rows, cols = key
+            picked = var.isel(
+                sample=xr.DataArray(rows, dims="p"), pos=xr.DataArray(cols, dims="p")
+            )
+        else:
+            picked = var.isel(key)
+        total = int(picked.data.sum().compute() if route == "chunks" else picked.data.sum())
+    else:
+        if route == "dask":
+            x = sporadik_dask.from_sporadik(store)
+            get = x.vindex if what == "1,000 points" else x
+        else:
+            x = get = sporadik_dask.StoreReader(store)
+            get = x.vindex if what == "1,000 points" else x
+        if what == "1,000 points":
+            part = get[key]
+        else:
+            ((dim, part_key),) = key.items()
+            part = get[(part_key,) if dim == "sample" else (slice(None), part_key)]
+        total = int(part.sum().compute() if route == "dask" else part.sum())
+    return {"seconds": time.perf_counter() - start, "total": total}
+
+
+def child(store: str, case: str, limit: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    result = run_case(store, case)
+    status = Path("/proc/self/status").read_text()
+    peak = next(line for line in status.splitlines() if line.startswith("VmHWM"))
+    result["peak_mb"] = int(peak.split()[1]) / 1024
+    print(json.dumps(result))
+
+
+def measure(store: Path, case: str, limit_gb: float, timeout: float) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", str(store), case, str(int(limit_gb * 2**30))]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"failed": f"past {timeout:.0f} s"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["killed"])[-1]
+        return {"failed": "out of memory" if "Memory" in last else last[:60]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def cell(result: dict[str, Any]) -> str:
+    if "failed" in result:
+        return result["failed"]
+    return f"{result['seconds']:.2f} s, {result['peak_mb']:,.0f} MB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "long-axes")
+    parser.add_argument("--label", default="after", help="which section: before or after")
+    parser.add_argument("--limit-gb", type=float, default=6.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    stores = {}
+    for length in LENGTHS:
+        stores[length] = args.work / f"long-{length:.0e}.zarr".replace("+", "")
+        if not stores[length].exists():
+            make_store(stores[length], length)
+    header = " | ".join(f"L = {length:.1e}" for length in LENGTHS)
+    lines = [
+        f"<!-- long-axes-{args.label}: made by benchmarks/long_axes.py -->",
+        f"## Genome-length axes, {args.label} ({date.today()})",
+        "",
+        f"`python benchmarks/long_axes.py --label {args.label}`: 100 samples x L positions, "
+        f"{values()[2].size:,} int32 values (all below 3.1e7), row layout only; each case in a "
+        f"fresh process (synchronous scheduler, imports included in peak RSS, not in time), "
+        f"under a {args.limit_gb:g} GB address-space limit.",
+        "",
+        f"| case | {header} |",
+        "|---|" + "---|" * len(LENGTHS),
+    ]
+    for case in args.cases:
+        results = [measure(stores[n], case, args.limit_gb, args.timeout) for n in LENGTHS]
+        totals = {r["total"] for r in results if "total" in r}
+        flag = "" if len(totals) <= 1 else " (values differ!)"
+        lines.append(f"| {case}{flag} | " + " | ".join(map(cell, results)) + " |")
+        print(lines[-1], flush=True)
+    end = f"<!-- /long-axes-{args.label} -->"
+    publish(ROOT / "docs" / "benchmarks.md", lines[0], end, lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        main()
