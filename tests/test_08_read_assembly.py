@@ -12,6 +12,7 @@ import pytest
 
 from sporadik_dask.read import Selection
 from sporadik_dask.read.assembly import assemble
+from sporadik_dask.read.selection import as_array
 from sporadik_dask.spec import LayoutGeometry
 from tests.helpers import random_dense
 
@@ -54,7 +55,9 @@ def test_caller_order_comes_from_copying_runs_and_slots_not_from_sparse_indexing
 ) -> None:
     dense = random_dense(np.random.default_rng(7), (10, 8), 0.5)
     selection = Selection.from_key(key, dense.shape)
-    lengths, indices, data = runs_of(dense, geometry, selection.unique[geometry.indexed_axis])
+    lengths, indices, data = runs_of(
+        dense, geometry, as_array(selection.unique[geometry.indexed_axis])
+    )
     coords, values = assemble(selection, geometry, lengths, indices, data)
     expected = dense[np.ix_(*[np.atleast_1d(p) for p in selection.positions])].reshape(
         selection.result_shape
@@ -70,7 +73,7 @@ def test_an_index_order_that_is_not_ascending_still_assembles_in_c_order() -> No
     dense = random_dense(np.random.default_rng(8), (4, 5, 6), 0.4)
     geometry = Geometry((4, 5, 6), 1, (2, 0))
     selection = Selection.from_key(([3, 0, 0], slice(None, None, -1), [1, 5, 2]), dense.shape)
-    lengths, indices, data = runs_of(dense, geometry, selection.unique[1])
+    lengths, indices, data = runs_of(dense, geometry, as_array(selection.unique[1]))
     coords, values = assemble(selection, geometry, lengths, indices, data)
     expected = dense[np.ix_(*selection.positions)]
     assert np.all(np.diff(np.ravel_multi_index(tuple(coords), expected.shape)) > 0)

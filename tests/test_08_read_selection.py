@@ -53,6 +53,7 @@ def test_a_two_dimensional_array_or_a_second_ellipsis_is_refused() -> None:
 
 def test_an_empty_list_is_an_empty_selection_and_zero_d_integers_are_positions() -> None:
     positions, dropped = normalize_key(([], np.array(2)), (4, 3))
+    assert isinstance(positions[0], np.ndarray)
     assert positions[0].dtype == np.int64 and positions[0].size == 0
     np.testing.assert_array_equal(positions[1], [2])
     assert dropped == (1,)

@@ -30,8 +30,22 @@ import numpy as np
 
 from sporadik_dask.backend.ours import is_read_sparse, mark_read
 from sporadik_dask.kernels import rows_of_runs
-from sporadik_dask.read.assembly import assemble, assemble_points, descending, slot_table
-from sporadik_dask.read.selection import Selection, as_slice, distinct, normalize_points
+from sporadik_dask.read.assembly import (
+    LOOKUP_SLACK,
+    assemble,
+    assemble_points,
+    descending,
+    slot_table,
+)
+from sporadik_dask.read.selection import (
+    Axis,
+    Selection,
+    as_array,
+    as_slice,
+    distinct,
+    normalize_points,
+    ranks,
+)
 from sporadik_dask.spec import LayoutGeometry
 
 __all__ = ["select_held", "select_held_points", "selecting", "selecting_points", "slicing"]
@@ -193,7 +207,7 @@ def select_held(array: Any, key: tuple[Any, ...]) -> Any:
         if selection.narrow(axis):
             inside = _inside(array, axis, selection.unique[axis])
             keep = inside if keep is None else np.logical_and(keep, inside, out=keep)
-    lengths, indices, values = _kept_runs(array, keep, selection.unique[0])
+    lengths, indices, values = _kept_runs(array, keep, as_array(selection.unique[0]))
     coords, values = assemble(selection, rows, lengths, indices, values)
     if not shape:  # one cell: a scalar, as sparse and numpy give
         return values[0] if values.size else array.fill_value[()]
@@ -207,11 +221,18 @@ def select_held(array: Any, key: tuple[Any, ...]) -> Any:
     )
 
 
-def _inside(array: Any, axis: int, positions: Any) -> Any:
-    """Which stored values lie at one of ``positions`` along ``axis``: one table lookup each."""
+def _inside(array: Any, axis: int, positions: Axis) -> Any:
+    """Which stored values lie at one of ``positions`` (sorted) along ``axis``: one table lookup
+    each, or a rank along an axis far longer than the values (no table as long as the axis)."""
+    column = array.coords[axis]
+    if isinstance(positions, range):
+        return ranks(column, positions) >= 0
+    if array.shape[axis] > 8 * column.size + LOOKUP_SLACK:
+        spot = np.minimum(np.searchsorted(positions, column), max(positions.size - 1, 0))
+        return positions[spot] == column if positions.size else np.zeros(column.size, bool)
     chosen = np.zeros(array.shape[axis], dtype=bool)
     chosen[positions] = True
-    return chosen[array.coords[axis]]
+    return chosen[column]
 
 
 def _kept_runs(array: Any, keep: Any, rows: Any) -> tuple[Any, Any, Any]:
@@ -246,7 +267,7 @@ def _rank2_direct(array: Any, selection: Selection) -> Any:
     if slots is None:
         return None
     first = array.coords[0]
-    asked = selection.positions[0].astype(first.dtype, copy=False)
+    asked = as_array(selection.positions[0]).astype(first.dtype, copy=False)
     starts = np.searchsorted(first, asked)
     lengths = np.searchsorted(first, asked, side="right") - starts
     data = array.data

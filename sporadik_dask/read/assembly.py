@@ -16,7 +16,14 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.kernels import columns_of_runs, rows_of_runs, sort_by_key
-from sporadik_dask.read.selection import Positions, Selection
+from sporadik_dask.read.selection import (
+    Axis,
+    Positions,
+    Selection,
+    as_array,
+    nondecreasing,
+    ranks,
+)
 from sporadik_dask.spec import LayoutGeometry
 
 __all__ = ["assemble", "c_order"]
@@ -26,8 +33,10 @@ __all__ = ["assemble", "c_order"]
 LOOKUP_SLACK = 1 << 16
 
 
-def _ranks(column: Positions, unique: Positions, size: int) -> Positions:
+def _ranks(column: Positions, unique: Axis, size: int) -> Positions:
     """Each coordinate's index among the sorted selected positions ``unique``, or -1 if absent."""
+    if isinstance(unique, range):
+        return ranks(column, unique)
     if size <= 8 * column.size + LOOKUP_SLACK:
         lookup = np.full(size, -1, dtype=np.int64)
         lookup[unique] = np.arange(unique.size, dtype=np.int64)
@@ -54,36 +63,46 @@ def _slots(
     ``take`` is None when every value goes to exactly one slot, in order.
 
     1. Rank each coordinate among the axis's sorted distinct positions (-1: not selected).
-    2. Strictly increasing positions: the rank is the slot; unsorted ones, each asked once: a
-       table from rank to slot.
+    2. Strictly increasing positions: the rank is the slot (a reversed slice: counted from the
+       end); unsorted ones, each asked once: a table from rank to slot.
     3. Repeated positions: a CSR-style table maps each distinct position to the slots asking for it
        (``slots_of[starts[r]:starts[r] + per[r]]``); each value is copied once per slot.
     """
     if selection.whole(axis):
         return None, column
     unique = selection.unique[axis]
-    ranks = _ranks(column, unique, selection.shape[axis])
-    if selection.ordered(axis):
-        inside = ranks >= 0
-        if bool(inside.all()):
-            return None, ranks
-        take = np.flatnonzero(inside)
-        return take, ranks[take]
-    inverse = selection.inverse[axis]
-    if inverse.size == unique.size:  # unsorted, each once: one slot per distinct position
-        slot_of = np.empty(unique.size, dtype=np.int64)
+    ranked = _ranks(column, unique, selection.shape[axis])
+    if isinstance(selection.positions[axis], range) and not selection.ordered(axis):
+        ranked = np.where(ranked >= 0, len(unique) - 1 - ranked, -1)  # a reversed range
+    elif not selection.ordered(axis):
+        return _slots_of_list(ranked, selection.inverse[axis], len(unique))
+    inside = ranked >= 0
+    if bool(inside.all()):
+        return None, ranked
+    take = np.flatnonzero(inside)
+    return take, ranked[take]
+
+
+def _slots_of_list(
+    ranked: Positions, inverse: Positions, distinct: int
+) -> tuple[Positions | None, Positions]:
+    """:func:`_slots` (steps 2 and 3) for positions asked in an order of the caller's:
+    ``ranked`` are the values' ranks among the ``distinct`` sorted positions, ``inverse`` each
+    asked position's rank."""
+    inside = ranked >= 0
+    if inverse.size == distinct:  # unsorted, each once: one slot per distinct position
+        slot_of = np.empty(distinct, dtype=np.int64)
         slot_of[inverse] = np.arange(inverse.size, dtype=np.int64)
-        inside = ranks >= 0
         if bool(inside.all()):
-            return None, slot_of[ranks]
+            return None, slot_of[ranked]
         take = np.flatnonzero(inside)
-        return take, slot_of[ranks[take]]
-    per = np.bincount(inverse, minlength=unique.size)
+        return take, slot_of[ranked[take]]
+    per = np.bincount(inverse, minlength=distinct)
     slots_of = np.argsort(inverse, kind="stable")
     starts = np.cumsum(per) - per
-    clipped = np.maximum(ranks, 0)
-    copies = np.where(ranks >= 0, per[clipped], 0)
-    take = np.repeat(np.arange(column.size, dtype=np.int64), copies)
+    clipped = np.maximum(ranked, 0)
+    copies = np.where(inside, per[clipped], 0)
+    take = np.repeat(np.arange(ranked.size, dtype=np.int64), copies)
     return take, slots_of[np.repeat(starts[clipped], copies) + _within(copies)]
 
 
@@ -95,12 +114,12 @@ def slot_table(selection: Selection, axis: int, values: int) -> Positions | None
     """
     positions = selection.positions[axis]
     size = selection.shape[axis]
-    if positions.size != selection.unique[axis].size or size > 8 * values + LOOKUP_SLACK:
+    if len(positions) != len(selection.unique[axis]) or size > 8 * values + LOOKUP_SLACK:
         return None
     if selection.whole(axis):
         return np.arange(size, dtype=np.int64)
     table = np.full(size, -1, dtype=np.int64)
-    table[positions] = np.arange(positions.size, dtype=np.int64)
+    table[as_array(positions)] = np.arange(len(positions), dtype=np.int64)
     return table
 
 
@@ -131,13 +150,15 @@ def _assemble_rank2(
     if axis == 0:
         reverse = not selection.ordered(other)
         return rows_of_runs(starts, lengths[asked], indices, data, slots, reverse=reverse)
-    extent = selection.positions[other].size
+    extent = len(selection.positions[other])
     return columns_of_runs(starts, lengths[asked], indices, data, slots, extent)
 
 
 def descending(selection: Selection, axis: int) -> bool:
     """Whether the positions selected along ``axis`` strictly decrease (a reversed range)."""
     positions = selection.positions[axis]
+    if isinstance(positions, range):
+        return len(positions) > 1 and positions.step < 0
     return positions.size > 1 and bool(np.all(positions[1:] < positions[:-1]))
 
 
@@ -158,7 +179,7 @@ def _sorted_prefix(selection: Selection, layout: LayoutGeometry) -> list[int]:
         if selection.ordered(axis):
             prefix.append(axis)
             continue
-        if bool(np.all(np.diff(selection.positions[axis]) >= 0)):
+        if nondecreasing(selection.positions[axis]):
             prefix.append(axis)
         break
     return prefix
@@ -177,21 +198,34 @@ def c_order(
     to the axes ``m..`` is exactly ``m, m+1, ...``, stable sorts by axes ``m-1, ..., 0`` leave
     ties in that order, which is C order: one pass for a CSC read, none for CSR. Values whose
     runs are not sorted (a writer need not sort them) fail the final check and get every pass.
+    Along an axis far longer than the values (:data:`LOOKUP_SLACK`) a pass is a stable argsort:
+    counts per position would be an array as long as the axis.
     """
     if data.size < 2:
         return coords, data
     rank = len(shape)
     lead = next(m for m in range(rank + 1) if [a for a in prefix if a >= m] == [*range(m, rank)])
     for axis in reversed(range(lead)):
-        counts = np.bincount(coords[axis], minlength=shape[axis])
-        coords, data = sort_by_key(coords[axis], counts, coords, data)
+        coords, data = _sorted_along(coords, data, axis, shape[axis])
     linear = np.ravel_multi_index(tuple(coords), shape)
     if bool(np.all(linear[1:] > linear[:-1])):
         return coords, data
     for axis in reversed(range(rank)):
-        counts = np.bincount(coords[axis], minlength=shape[axis])
-        coords, data = sort_by_key(coords[axis], counts, coords, data)
+        coords, data = _sorted_along(coords, data, axis, shape[axis])
     return coords, data
+
+
+def _sorted_along(
+    coords: npt.NDArray[np.int64], data: npt.NDArray[Any], axis: int, size: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """``coords`` and ``data`` stably sorted by the coordinates along ``axis`` (of ``size``)."""
+    if size > 8 * data.size + LOOKUP_SLACK:
+        if bool(np.all(coords[axis][1:] >= coords[axis][:-1])):
+            return coords, data
+        order = np.argsort(coords[axis], kind="stable")
+        return coords[:, order], data[order]
+    counts = np.bincount(coords[axis], minlength=size)
+    return sort_by_key(coords[axis], counts, coords, data)
 
 
 def assemble(

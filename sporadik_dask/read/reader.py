@@ -34,7 +34,13 @@ from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError, StoreR
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
-from sporadik_dask.read.selection import Positions, Selection, distinct, normalize_points
+from sporadik_dask.read.selection import (
+    Positions,
+    Selection,
+    as_array,
+    distinct,
+    normalize_points,
+)
 from sporadik_dask.spec import MAXIMA, magnitudes
 from sporadik_dask.storage import StoreLike, location_of, run
 
@@ -315,7 +321,7 @@ class StoreReader:
                 f"sporadik_dask.add_axis(store, {axis})."
             )
         axes = (axis,) if axis is not None else candidates(self.description, selection)
-        found = self.brackets([(layouts[a], selection.unique[a]) for a in axes])
+        found = self.brackets([(layouts[a], as_array(selection.unique[a])) for a in axes])
         chosen = route(self.description, dict(zip(axes, found, strict=True)))
         if axis is None:
             self._warn_if_scan(selection, chosen.layout.indexed_axis)
@@ -353,16 +359,21 @@ class StoreReader:
         layout = self.description.layouts[axis]
         selection = Selection.from_key(key, self.shape)
         positions = selection.positions[axis]
-        ranged = positions.size > 0 and np.array_equal(
-            positions, np.arange(positions[0], positions[0] + positions.size)
-        )
+        ranged = isinstance(positions, range) and len(positions) > 0 and positions.step == 1
+        if (
+            not ranged
+            and isinstance(positions, np.ndarray)
+            and positions.size > 0
+            and bool(np.all(np.diff(positions) == 1))
+        ):
+            positions, ranged = range(int(positions[0]), int(positions[-1]) + 1), True
         if (
             ranged
             and not selection.dropped
             and all(selection.whole(a) for a in layout.index_order)
             and list(layout.index_order) == sorted(layout.index_order)
         ):
-            ((lo, hi),) = self.brackets([(layout, positions)])
+            ((lo, hi),) = self.brackets([(layout, as_array(positions))])
             indices, data = self.runs(layout, lo, hi)
             indptr = np.concatenate(([0], np.cumsum(hi - lo)))
             return sparse.GCXS(

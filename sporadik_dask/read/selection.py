@@ -20,11 +20,14 @@ __all__ = [
     "Axis",
     "Positions",
     "Selection",
+    "as_array",
     "as_slice",
     "distinct",
+    "nondecreasing",
     "normalize_key",
     "normalize_points",
     "pointwise",
+    "ranks",
     "take",
 ]
 
@@ -32,6 +35,38 @@ Positions = npt.NDArray[np.int64]
 #: Positions along one axis: a ``range`` for what slices picked (exact under further slices, and
 #: no array as long as the axis), an array for what lists and masks picked.
 Axis: TypeAlias = range | Positions
+
+
+def as_array(positions: Axis) -> Positions:
+    """Positions as an int64 array: a ``range`` made by ``np.arange`` (not element by element).
+
+    For what needs the positions one by one; an axis selected whole stays a ``range`` elsewhere.
+    """
+    if isinstance(positions, range):
+        return np.arange(positions.start, positions.stop, positions.step, dtype=np.int64)
+    return positions
+
+
+def ranks(column: Positions, unique: range) -> Positions:
+    """Each coordinate's index among the ascending ``unique``, or -1 if absent: arithmetic on
+    the range's start and step, so an axis selected whole costs nothing beside the column."""
+    spot = column.astype(np.int64)  # a copy: ranked in place, no other array as long
+    spot -= unique.start
+    on_step = None if unique.step == 1 else spot % unique.step == 0
+    if on_step is not None:
+        spot //= unique.step
+    outside = (spot < 0) | (spot >= len(unique))
+    if on_step is not None:
+        outside |= ~on_step
+    spot[outside] = -1
+    return spot
+
+
+def nondecreasing(positions: Axis) -> bool:
+    """Whether the positions never decrease (repeats allowed)."""
+    if isinstance(positions, range):
+        return positions.step > 0 or len(positions) < 2
+    return bool(np.all(positions[1:] >= positions[:-1]))
 
 
 def distinct(positions: Positions) -> Positions:
@@ -42,18 +77,21 @@ def distinct(positions: Positions) -> Positions:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
-def _unique(positions: Positions, ascending: bool) -> Positions:
-    """Sorted distinct positions: ``positions`` itself when known (a slice) or found ascending."""
-    if ascending or positions.size < 2 or bool(np.all(positions[1:] > positions[:-1])):
-        return positions
+def _unique(positions: Axis) -> Axis:
+    """Sorted distinct positions: ``positions`` itself when known (a slice of positive step) or
+    found ascending, a slice of negative step reversed (a ``range`` still)."""
+    if isinstance(positions, range):
+        return positions if positions.step > 0 else positions[::-1]
     return distinct(positions)
 
 
-def _inverse(positions: Positions, unique: Positions) -> Positions:
+def _inverse(positions: Axis, unique: Axis) -> Positions:
     """For each position asked, its rank among the sorted distinct ones."""
     if positions is unique:
-        return np.arange(positions.size, dtype=np.int64)
-    return np.searchsorted(unique, positions).astype(np.int64, copy=False)
+        return np.arange(len(positions), dtype=np.int64)
+    if isinstance(positions, range):  # a slice of negative step: ``unique`` reversed
+        return np.arange(len(positions) - 1, -1, -1, dtype=np.int64)
+    return np.searchsorted(as_array(unique), positions).astype(np.int64, copy=False)
 
 
 class _Inverses:
@@ -63,7 +101,7 @@ class _Inverses:
 
     __slots__ = ("_made", "_positions", "_unique")
 
-    def __init__(self, positions: tuple[Positions, ...], unique: tuple[Positions, ...]) -> None:
+    def __init__(self, positions: tuple[Axis, ...], unique: tuple[Axis, ...]) -> None:
         self._positions, self._unique = positions, unique
         self._made: dict[int, Positions] = {}
 
@@ -85,10 +123,11 @@ class Selection:
 
     #: The array's shape the key was resolved against.
     shape: tuple[int, ...]
-    #: Per axis, the positions selected in the caller's order (non-negative, repeats kept).
-    positions: tuple[Positions, ...]
-    #: Per axis, the sorted distinct positions: what is read.
-    unique: tuple[Positions, ...]
+    #: Per axis, the positions selected in the caller's order (non-negative, repeats kept): a
+    #: ``range`` for a slice, so an axis selected whole holds no array as long as the axis.
+    positions: tuple[Axis, ...]
+    #: Per axis, the sorted distinct positions: what is read (a ``range`` for a slice).
+    unique: tuple[Axis, ...]
     #: Per axis, for each caller position its index in ``unique``.
     inverse: _Inverses
     #: Axes an integer selected, which the result drops.
@@ -98,9 +137,7 @@ class Selection:
     def from_key(cls, key: Any, shape: Sequence[int]) -> Selection:
         """Resolve ``key`` against ``shape``; see :func:`normalize_key` for what is accepted."""
         positions, dropped = normalize_key(key, shape)
-        parts = _expand(key if isinstance(key, tuple) else (key,), len(shape))
-        ascending = [isinstance(p, slice) and (p.step is None or p.step > 0) for p in parts]
-        unique = tuple(map(_unique, positions, ascending))
+        unique = tuple(map(_unique, positions))
         return cls(
             shape=tuple(int(size) for size in shape),
             positions=tuple(positions),
@@ -112,7 +149,7 @@ class Selection:
     @property
     def out_shape(self) -> tuple[int, ...]:
         """The result's shape on every axis, the dropped ones included (as length 1)."""
-        return tuple(chosen.size for chosen in self.positions)
+        return tuple(len(chosen) for chosen in self.positions)
 
     @property
     def result_shape(self) -> tuple[int, ...]:
@@ -122,22 +159,24 @@ class Selection:
     @property
     def empty(self) -> bool:
         """Whether some axis selects nothing, so the result holds no value and nothing is read."""
-        return any(chosen.size == 0 for chosen in self.positions)
+        return any(len(chosen) == 0 for chosen in self.positions)
 
     def ordered(self, axis: int) -> bool:
         """Whether ``axis``'s positions are strictly increasing: its caller order is the read's."""
-        return self.positions[axis].size == self.unique[axis].size and bool(
-            self.positions[axis] is self.unique[axis]
-            or np.array_equal(self.positions[axis], self.unique[axis])
-        )
+        positions, unique = self.positions[axis], self.unique[axis]
+        if positions is unique:
+            return True
+        if isinstance(positions, range) or isinstance(unique, range):  # a reversed range
+            return len(positions) < 2
+        return positions.size == unique.size and bool(np.array_equal(positions, unique))
 
     def whole(self, axis: int) -> bool:
         """Whether ``axis`` selects every position, once each, in order."""
-        return self.ordered(axis) and self.positions[axis].size == self.shape[axis]
+        return self.ordered(axis) and len(self.positions[axis]) == self.shape[axis]
 
     def narrow(self, axis: int) -> bool:
         """Whether ``axis`` leaves some position out, so a layout along it reads less."""
-        return self.unique[axis].size < self.shape[axis]
+        return len(self.unique[axis]) < self.shape[axis]
 
 
 def _integers(part: Any, axis: int, size: int) -> Positions:
@@ -204,21 +243,23 @@ def _expand(key: Any, rank: int) -> tuple[Any, ...]:
     return (*key, *(slice(None),) * (rank - len(key)))
 
 
-def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Positions], tuple[int, ...]]:
+def normalize_key(key: Any, shape: Sequence[int]) -> tuple[list[Axis], tuple[int, ...]]:
     """Per axis the positions selected, in the caller's order, and the axes an integer drops.
 
     Accepts, per axis: an integer (negative counted from the end), a slice of any step, a 1-D
     array or list of integers (unsorted, repeated, negative), a boolean mask of the axis's
     length, and ``...``. Anything else (floats, strings, ``None``) raises ``IndexError``, as does
     a position outside the axis, negative ones included: wrapping or truncating would read
-    another position's values without a word.
+    another position's values without a word. A slice's positions are a ``range``: an axis of
+    3e9 genome positions selected whole is three integers, not 24 GB.
     """
-    selections: list[Positions] = []
+    selections: list[Axis] = []
     dropped: list[int] = []
     for axis, (part, size) in enumerate(zip(_expand(key, len(shape)), shape, strict=True)):
+        chosen: Axis
         if isinstance(part, slice):
             try:
-                chosen = np.arange(*part.indices(size), dtype=np.int64)
+                chosen = range(*part.indices(size))
             except TypeError:
                 raise IndexError(
                     f"Axis {axis}: slice {part!r} has bounds or a step that are not integers."

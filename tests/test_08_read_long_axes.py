@@ -1,0 +1,169 @@
+"""A read of an axis as long as a genome (here 5e9 positions, a few values) costs what it reads:
+every read mode gives the values of a small dense computation, and no array as long as the axis
+is made on the way, measured by ``tracemalloc`` (numpy's buffers are traced)."""
+
+from __future__ import annotations
+
+import resource
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import pytest
+import sparse
+import xarray as xr
+
+import sporadik_dask as sd
+
+#: A genome's length and more: past 2**31 and 2**32, so an int32 position would wrap.
+LENGTH = 5_000_000_000
+SAMPLES = 2
+#: The stored cells (sample, position) and their values.
+ROWS = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+POSITIONS = np.array([5, 2**31 + 7, 2**32 + 1, LENGTH - 1, 0, 5, 3_000_000_000, LENGTH - 2])
+VALUES = np.arange(1, ROWS.size + 1, dtype=np.int32)
+#: Far below an array of the axis (40 GB of int64, 5 GB of a boolean mask).
+PEAK_BYTES = 64 * 2**20
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("long") / "long.zarr"
+    x = sparse.COO(np.stack([ROWS, POSITIONS]), VALUES, shape=(SAMPLES, LENGTH))
+    sd.to_sporadik(x, path, axes=(0,))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def bounded_address_space() -> Iterator[None]:
+    """A read that did build an array of the axis fails with MemoryError, rather than taking
+    the machine's memory: the address space is held to what the process has plus 2 GiB."""
+    status = Path("/proc/self/status").read_text()
+    size = next(int(line.split()[1]) * 1024 for line in status.splitlines() if "VmSize" in line)
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (size + 2 * 2**30, before[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
+
+
+def expected(key: tuple[Any, Any]) -> dict[tuple[int, ...], int]:
+    """The result's cells, from a dense array over the stored positions alone (the rest of the
+    axis holds no value): numpy selects its rows; a slice's positions are a ``range`` (exact
+    arithmetic), a list's are where each stored position is asked for."""
+    rows, part = key
+    stored = np.unique(POSITIONS)
+    dense = np.zeros((SAMPLES, stored.size), dtype=np.int32)
+    dense[ROWS, np.searchsorted(stored, POSITIONS)] = VALUES
+    kept = dense[rows]
+    chosen = range(LENGTH)[part] if isinstance(part, slice) else list(part)
+    found = {}
+    for column, position in enumerate(stored.tolist()):
+        slots = [chosen.index(position)] if position in chosen else []
+        if not isinstance(part, slice):
+            slots = [slot for slot, asked in enumerate(chosen) if asked == position]
+        held = kept[..., column]
+        for at in np.argwhere(held).tolist() if held.ndim else [[]] * bool(held):
+            for slot in slots:
+                found[(*at, slot)] = int(held[tuple(at)])
+    return found
+
+
+def cells(result: Any) -> dict[tuple[int, ...], int]:
+    """A sparse result's stored cells, computed if lazy, as ``{coordinates: value}``."""
+    if isinstance(result, xr.DataArray):
+        result = result.data
+    if hasattr(result, "dask"):
+        result = result.compute()
+    return {tuple(map(int, c)): int(v) for c, v in zip(result.coords.T, result.data, strict=True)}
+
+
+def measured(read: Callable[[], Any]) -> tuple[Any, int]:
+    """``read()``'s result and the peak of memory allocated while it ran."""
+    tracemalloc.start()
+    try:
+        result = cells(read())
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def opened(store: Path, how: str) -> Any:
+    """The store's array: a reader, ``from_sporadik``, or an opened variable (lazy or chunked)."""
+    if how == "reader":
+        return sd.StoreReader(store)
+    if how == "from_sporadik":
+        return sd.from_sporadik(store)
+    chunks: dict[str, int] | None = {} if how == "chunks={}" else None
+    (variable,) = xr.open_dataset(store, engine="sporadik", chunks=chunks).data_vars.values()
+    return variable.rename(dict(zip(variable.dims, ("sample", "pos"), strict=True)))
+
+
+def select(array: Any, key: tuple[Any, ...]) -> Any:
+    if isinstance(array, xr.DataArray):
+        return array.isel(dict(zip(("sample", "pos"), key, strict=False)))
+    return array[key]
+
+
+MODES = ["reader", "from_sporadik", "lazy", "chunks={}"]
+#: Keys that leave the long axis whole, slice it, list or step through it, and mask the samples.
+KEYS = {
+    "one row": (1, slice(None)),
+    "every row": (slice(None), slice(None)),
+    "a sample mask": (np.array([False, True]), slice(None)),
+    "a region": (slice(None), slice(2**31, 2**32 + 2)),
+    "a region at the end": (0, slice(LENGTH - 10, None)),
+    "sorted positions": (slice(None), np.array([5, 2**32 + 1, LENGTH - 2])),
+    "unsorted, repeated positions": (0, np.array([LENGTH - 1, 5, 5, 2**31 + 7])),
+    "a stepped slice": (slice(None), slice(1, None, 2**31 + 6)),
+    "a reversed axis": (0, slice(None, None, -1)),
+}
+
+
+@pytest.mark.parametrize("how", MODES)
+@pytest.mark.parametrize("name", list(KEYS))
+def test_a_selection_of_a_genome_length_axis_reads_its_values_without_an_array_of_the_axis(
+    store: Path, how: str, name: str
+) -> None:
+    key = KEYS[name]
+    array = opened(store, how)
+    with dask.config.set(scheduler="synchronous"):
+        got, peak = measured(lambda: select(array, key))
+    assert got == expected(key)
+    assert peak < PEAK_BYTES
+
+
+#: Cells named one by one: past 2**31, at the axis's end, at positions holding no value.
+POINTS = (np.array([0, 1, 1, 0, 1]), np.array([LENGTH - 1, 3_000_000_000, 4, 5, 2**32 + 1]))
+
+
+@pytest.mark.parametrize("how", MODES)
+def test_points_of_a_genome_length_axis_read_their_values_without_an_array_of_the_axis(
+    store: Path, how: str
+) -> None:
+    array = opened(store, how)
+    if isinstance(array, xr.DataArray):
+        rows, positions = (xr.DataArray(part, dims="point") for part in POINTS)
+        read = lambda: array.isel(sample=rows, pos=positions)  # noqa: E731
+    else:
+        read = lambda: array.vindex[POINTS]  # noqa: E731
+    with dask.config.set(scheduler="synchronous"):
+        got, peak = measured(read)
+    assert got == {(0,): 4, (1,): 7, (3,): 1}
+    assert peak < PEAK_BYTES
+
+
+def test_a_store_without_coordinates_opens_without_an_index_of_the_axis(store: Path) -> None:
+    tracemalloc.start()
+    try:
+        dataset = xr.open_dataset(store, engine="sporadik")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert dict(dataset.sizes) == {"dim_0": SAMPLES, "dim_1": LENGTH}
+    assert not dataset.coords and not dataset.xindexes
+    assert peak < PEAK_BYTES
