@@ -106,6 +106,29 @@ class BoundedLazyArray(indexing.LazilyIndexedArray):
             return indexing.BasicIndexer(tuple(key))
         return indexing.OuterIndexer(tuple(key))
 
+    def _vindex_get(self, indexer: indexing.VectorizedIndexer) -> Any:
+        """Points of this view as points of the store: each array taken from its axis's
+        positions (:func:`~sporadik_dask.read.selection.take`). xarray's own spells every
+        slice of the view as ``np.arange`` over its axis first: 23 GiB for an axis of 3.1e9
+        genome positions, to look up 1,000 points. A key with slices among its arrays is
+        xarray's."""
+        from sporadik_dask.read.selection import take
+
+        parts = indexer.tuple
+        if len(parts) != self.ndim or not all(isinstance(p, np.ndarray) for p in parts):
+            return super()._vindex_get(indexer)
+        new = iter(np.broadcast_arrays(*parts))
+        points: list[Any] = []
+        for axis, (old, size) in enumerate(zip(self.key.tuple, self.array.shape, strict=True)):
+            if isinstance(old, (int, np.integer)):
+                points.append(np.int64(old))
+                continue
+            positions = range(size)[old] if isinstance(old, slice) else old
+            points.append(np.asarray(take(positions, next(new), axis), dtype=np.int64))
+        shape = np.broadcast_shapes(*(np.shape(p) for p in points))
+        key = indexing.VectorizedIndexer(tuple(np.broadcast_to(p, shape) for p in points))
+        return indexing.LazilyVectorizedIndexedArray(self.array, key)
+
 
 def outer_of(
     key: indexing.VectorizedIndexer, ndim: int
