@@ -93,14 +93,16 @@ def measured(read: Callable[[], Any]) -> tuple[Any, int]:
 
 
 def opened(store: Path, how: str) -> Any:
-    """The store's array: a reader, ``from_sporadik``, or an opened variable (lazy or chunked)."""
+    """The store's array: a reader, ``from_sporadik``, or an opened variable (lazy, chunked, or
+    loaded: a ``sparse.COO`` xarray holds, selected by :mod:`sporadik_dask.backend.held`)."""
     if how == "reader":
         return sd.StoreReader(store)
     if how == "from_sporadik":
         return sd.from_sporadik(store)
     chunks: dict[str, int] | None = {} if how == "chunks={}" else None
     (variable,) = xr.open_dataset(store, engine="sporadik", chunks=chunks).data_vars.values()
-    return variable.rename(dict(zip(variable.dims, ("sample", "pos"), strict=True)))
+    variable = variable.rename(dict(zip(variable.dims, ("sample", "pos"), strict=True)))
+    return variable.load() if how == "loaded" else variable
 
 
 def select(array: Any, key: tuple[Any, ...]) -> Any:
@@ -109,7 +111,7 @@ def select(array: Any, key: tuple[Any, ...]) -> Any:
     return array[key]
 
 
-MODES = ["reader", "from_sporadik", "lazy", "chunks={}"]
+MODES = ["reader", "from_sporadik", "lazy", "chunks={}", "loaded"]
 #: Keys that leave the long axis whole, slice it, list or step through it, and mask the samples.
 KEYS = {
     "one row": (1, slice(None)),
