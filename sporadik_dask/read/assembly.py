@@ -41,10 +41,10 @@ def _ranks(column: Positions, unique: Axis, size: int) -> Positions:
         lookup = np.full(size, -1, dtype=np.int64)
         lookup[unique] = np.arange(unique.size, dtype=np.int64)
         return lookup[column]
-    spot = np.searchsorted(unique, column)
-    inside = spot < unique.size
-    inside[inside] = unique[spot[inside]] == column[inside]
-    return np.where(inside, spot, -1)
+    spot = np.searchsorted(unique, column)  # ranked in place: one array of the column's length
+    np.minimum(spot, unique.size - 1, out=spot)
+    spot[unique[spot] != column] = -1
+    return spot
 
 
 def _within(counts: Positions) -> Positions:
