@@ -121,8 +121,8 @@ def _pushed_down(
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
-    if variable.size == 0:  # nothing stored: xarray's answer (or error) on the empty array
-        from xarray.core.variable import Variable
+    if variable.size == 0 and _op_of(func) in ("max", "min"):  # no value to pick: xarray's
+        from xarray.core.variable import Variable  # answer (or error) on the empty array
 
         empty = Variable(variable.dims, np.zeros(variable.shape, variable.dtype))
         reduced = empty.reduce(func, dim=dim, axis=axis, keepdims=keepdims, **kwargs)
