@@ -50,6 +50,33 @@ def test_the_package_runs_without_the_reference_installed(tmp_path: Path) -> Non
     assert done.stdout.strip() == "ok"
 
 
+def test_the_public_names_are_these_and_no_other() -> None:
+    assert sporadik_dask.__all__ == [
+        "SPEC_VERSION",
+        "AbsentChunkError",
+        "AbsentChunkWarning",
+        "FetchError",
+        "IncompleteError",
+        "LayoutDescription",
+        "LayoutError",
+        "ScanWarning",
+        "SpecError",
+        "SporadikError",
+        "StoreDescription",
+        "StoreExistsError",
+        "StoreNotFoundError",
+        "StoreReader",
+        "StoreReplacedError",
+        "StoreWrite",
+        "__version__",
+        "add_axis",
+        "describe",
+        "from_sporadik",
+        "to_sporadik",
+        "validate",
+    ]
+
+
 def test_every_public_name_is_exported_and_exists() -> None:
     for name in sporadik_dask.__all__:
         assert hasattr(sporadik_dask, name), name
