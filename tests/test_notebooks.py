@@ -11,6 +11,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_the_notebook_runs_and_is_kept_without_outputs(
     notebook: Path, monkeypatch: pytest.MonkeyPatch

@@ -145,6 +145,7 @@ def _grouped_stores(draw: st.DrawFn) -> tuple[npt.NDArray[Any], int, npt.NDArray
     return dense, axis, labels, (chunks, kind == "empty groups")
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_grouped_stores())
 @example(  # one position along the grouped axis, relabeled as the third group
@@ -193,6 +194,7 @@ def test_group_reductions_at_ranks_2_and_3_equal_the_indicator_matrix_product(
             )
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_grouped_stores(), batch=st.sampled_from([3, 2**21]))
 @example(  # groups lead the result (the gene layout's kernel), a NaN in one batch of several

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +70,7 @@ def _differences(before: Any, after: Any, at: str) -> list[str]:
     return [] if same else [f"{at}: {before!r} became {after!r}"]
 
 
+@pytest.mark.slow
 def test_using_a_store_changes_no_result_of_any_other_array(tmp_path: Path) -> None:
     before = _run("plain", tmp_path)
     after = _run("after-sporadik", tmp_path)

@@ -48,6 +48,7 @@ def test_the_package_locator_comes_right_after_the_one_numba_cache_dir_sets() ->
     assert classes[0] is UserProvidedCacheLocator  # NUMBA_CACHE_DIR still wins
 
 
+@pytest.mark.slow
 def test_a_new_process_loads_the_kernels_its_predecessor_compiled(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = _fresh_call(cache)
@@ -139,6 +140,7 @@ def _fresh_sparse_call(tmp_path: Path, call: str = "sum", **env: str) -> dict[st
     return counted
 
 
+@pytest.mark.slow
 def test_sparses_kernels_a_read_meets_are_loaded_from_the_cache_by_a_new_process(
     tmp_path: Path,
 ) -> None:
@@ -149,6 +151,7 @@ def test_sparses_kernels_a_read_meets_are_loaded_from_the_cache_by_a_new_process
     assert again["misses"] == 0 and again["hits"] >= again["used"] >= 1  # loaded, none compiled
 
 
+@pytest.mark.slow
 def test_switched_off_sparse_compiles_as_it_always_has(tmp_path: Path) -> None:
     # one process reading blocks is enough: no kernel has a cache, none was loaded, and none was
     # written for a later process to load (a sum compiles 20 s more of kernels, and a second

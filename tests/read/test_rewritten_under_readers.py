@@ -107,6 +107,7 @@ def _reads_opened_before(
     }
 
 
+@pytest.mark.slow
 def test_arrays_opened_before_an_overwrite_killed_midway_raise_rather_than_read_zeros(
     location: tuple[str, dict[str, Any] | None], tmp_path: Path
 ) -> None:

@@ -265,6 +265,7 @@ def _gets(counts: RequestCounts, array: str) -> list[str]:
     return [path for method, path in counts.log if method == "GET" and f"/{array}/c/" in path]
 
 
+@pytest.mark.slow
 def test_cluster_workers_write_each_shard_in_one_put_and_a_torn_write_is_refused(
     loopback: tuple[LoopbackS3, S3Proxy], cluster: LocalCluster
 ) -> None:

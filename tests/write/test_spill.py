@@ -64,6 +64,7 @@ def _inputs(rank: int) -> tuple[Any, Any]:
     return dense, da.from_array(sparse.COO.from_numpy(dense), chunks=chunks, asarray=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["threads", "sync", "processes"])
 @pytest.mark.parametrize("rank", [2, 3])
 def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(

@@ -230,6 +230,7 @@ def transcripts(n: int, seed: int) -> pd.DataFrame:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".csv.gz"])
 @pytest.mark.parametrize("n", [2_000, 400_000], ids=["small", "many-chunks"])
 def test_a_transcript_table_becomes_counts_per_cell_and_gene(
