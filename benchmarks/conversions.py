@@ -194,7 +194,7 @@ def convert(
 ) -> dict[str, Any]:
     """One ``convert`` to ``output``, a new path: stores are deleted once the run ends
     (``scaling.fresh_work`` says why)."""
-    command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(source), str(output)]
+    command = [sys.executable, "-m", "sporadik_dask.cli.main", "convert", str(source), str(output)]
     measured = measure([*command, *flags], env)
     from sporadik_dask import describe
 

@@ -23,7 +23,7 @@ import sys
 CHILD = """
 import json, resource, sys, time
 import numcodecs, numpy as np
-from sporadik_dask import zstd
+from sporadik_dask.store import zstd
 chunks, ours = int(sys.argv[2]), sys.argv[1] != "numcodecs"
 rng = np.random.default_rng(0)
 made = [np.sort(rng.integers(0, 20_000, 32_768)).astype(np.int32) for _ in range(chunks // 2)]

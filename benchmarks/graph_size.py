@@ -59,12 +59,12 @@ def measure(factor: int) -> dict[str, Any]:
     import zarr
     from zarr.storage import MemoryStore
 
-    from sporadik_dask.budgets import partition_values
-    from sporadik_dask.graph import pieces_of_blocks, write_graph
-    from sporadik_dask.plan import plan_layout
+    from sporadik_dask.planning.budgets import partition_values
+    from sporadik_dask.planning.plan import plan_layout
     from sporadik_dask.synthetic import counts_matrix
-    from sporadik_dask.tasks import ArrayRef
-    from sporadik_dask.write import StoreWrite, create_layout
+    from sporadik_dask.write.graph import pieces_of_blocks, write_graph
+    from sporadik_dask.write.tasks import ArrayRef
+    from sporadik_dask.write.writer import StoreWrite, create_layout
 
     started = time.perf_counter()
     x = counts_matrix(cells=CELLS * factor)

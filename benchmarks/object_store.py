@@ -172,7 +172,7 @@ def _cli(
         options = json.dumps(server.storage_options(proxy.endpoint))
         for kind, shard in kinds.items():
             url = f"s3://{server.bucket}/cli-{kind.split()[0]}.zarr"
-            command = [sys.executable, "-m", "sporadik_dask.cli", "convert", str(source), url]
+            command = [sys.executable, "-m", "sporadik_dask.cli.main", "convert", str(source), url]
             command += ["--storage-options", options, "--quiet"]
             if shard:
                 command += ["--shard", str(shard)]

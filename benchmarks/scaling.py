@@ -71,7 +71,7 @@ def run(
     import dask
 
     import sporadik_dask as sd
-    import sporadik_dask.write as write
+    import sporadik_dask.write.writer as write
     from sporadik_dask.synthetic import counts_matrix
 
     # a path of its own, deleted only when the run ends: see fresh_work

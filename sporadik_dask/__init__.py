@@ -13,13 +13,11 @@ when it unpickles one).
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from sporadik_dask import config as _config  # registers the ``sporadik`` keys' defaults
 from sporadik_dask.backend import accessor as _accessor  # registers ``.sporadik``
-from sporadik_dask.errors import (
+from sporadik_dask.format.errors import (
     AbsentChunkError,
     AbsentChunkWarning,
     FetchError,
@@ -34,26 +32,26 @@ from sporadik_dask.errors import (
 )
 
 if TYPE_CHECKING:
-    from sporadik_dask.describe import LayoutDescription, StoreDescription, describe
+    from sporadik_dask.format.spec import SPEC_VERSION
     from sporadik_dask.read import StoreReader, from_sporadik
-    from sporadik_dask.spec import SPEC_VERSION
-    from sporadik_dask.validate import validate
-    from sporadik_dask.write import StoreWrite, add_axis, to_sporadik
+    from sporadik_dask.read.validate import validate
+    from sporadik_dask.store.describe import LayoutDescription, StoreDescription, describe
+    from sporadik_dask.write.writer import StoreWrite, add_axis, to_sporadik
 
     __version__: str
 
 #: Where each lazily loaded public name is defined.
 _LAZY = {
-    "SPEC_VERSION": "sporadik_dask.spec",
-    "LayoutDescription": "sporadik_dask.describe",
-    "StoreDescription": "sporadik_dask.describe",
-    "describe": "sporadik_dask.describe",
+    "SPEC_VERSION": "sporadik_dask.format.spec",
+    "LayoutDescription": "sporadik_dask.store.describe",
+    "StoreDescription": "sporadik_dask.store.describe",
+    "describe": "sporadik_dask.store.describe",
     "StoreReader": "sporadik_dask.read",
     "from_sporadik": "sporadik_dask.read",
-    "validate": "sporadik_dask.validate",
-    "StoreWrite": "sporadik_dask.write",
-    "add_axis": "sporadik_dask.write",
-    "to_sporadik": "sporadik_dask.write",
+    "validate": "sporadik_dask.read.validate",
+    "StoreWrite": "sporadik_dask.write.writer",
+    "add_axis": "sporadik_dask.write.writer",
+    "to_sporadik": "sporadik_dask.write.writer",
 }
 
 #: Submodules a user reaches as attributes (``sd.synthetic.counts_matrix``), loaded on first use.
@@ -107,18 +105,5 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _Package(types.ModuleType):
-    """This package's module type. ``describe`` and ``validate`` name both a submodule and a
-    function; importing the submodule (as the reader does) binds it on the package, which would
-    hide the function. The function keeps the name, as it did when it was imported eagerly."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 del _accessor, _config

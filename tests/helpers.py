@@ -19,8 +19,8 @@ import zarr
 from zarr.abc.store import ByteRequest, Store
 from zarr.storage import MemoryStore, StoreLike, WrapperStore
 
+from sporadik_dask.store.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 from sporadik_dask.testing import LoopbackS3, S3Proxy
-from sporadik_dask.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 
 
 class S3Bucket(TypedDict):

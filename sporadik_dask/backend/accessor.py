@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import xarray as xr
 
-from sporadik_dask.errors import SporadikError
+from sporadik_dask.format.errors import SporadikError
 
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader

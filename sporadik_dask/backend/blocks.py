@@ -3,8 +3,8 @@
 xarray cuts a variable by the backend's ``encoding["preferred_chunks"]`` under ``chunks={}``, and
 by dask's ``"auto"`` under ``chunks="auto"``, which counts dense bytes: for a 0.4 %-dense float32
 matrix it cuts both axes into blocks holding a few MB of values each (5 x 5 blocks of a 3.6 M-value
-store). So the preferred chunks are sized by sparse bytes (:mod:`sporadik_dask.budgets`) along
-the first layout's axis, whole along the others, and carry a marker type; the dask manager's
+store). So the preferred chunks are sized by sparse bytes (:mod:`sporadik_dask.planning.budgets`)
+along the first layout's axis, whole along the others, and carry a marker type; the dask manager's
 ``normalize_chunks`` is wrapped (:mod:`sporadik_dask.backend.patches`) to give every ``"auto"``
 dimension of a variable with such preferred chunks exactly those. Every other variable is
 chunked by dask's rule unchanged.
@@ -16,8 +16,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from sporadik_dask.budgets import positions_per_block
-from sporadik_dask.describe import StoreDescription
+from sporadik_dask.planning.budgets import positions_per_block
+from sporadik_dask.store.describe import StoreDescription
 
 __all__ = ["SparseBlockSize", "auto_as_preferred", "preferred_chunks"]
 
@@ -29,8 +29,9 @@ class SparseBlockSize(int):
 
 
 def preferred_chunks(description: StoreDescription, dims: tuple[str, ...]) -> dict[str, int]:
-    """Blocks along the first layout's axis of :func:`~sporadik_dask.budgets.positions_per_block`
-    positions (from the description alone), whole along the other axes."""
+    """Blocks along the first layout's axis of
+    :func:`~sporadik_dask.planning.budgets.positions_per_block` positions (from the description
+    alone), whole along the other axes."""
     axis = min(description.layouts)
     along = positions_per_block(description.layouts[axis])
     return {

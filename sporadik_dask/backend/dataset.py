@@ -18,10 +18,10 @@ from sporadik_dask.backend import patches
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
-from sporadik_dask.describe import check_as_opened, open_store
-from sporadik_dask.labels import read_labels
 from sporadik_dask.read import StoreReader
-from sporadik_dask.storage import StoreLike
+from sporadik_dask.store.describe import check_as_opened, open_store
+from sporadik_dask.store.labels import read_labels
+from sporadik_dask.store.storage import StoreLike
 
 __all__ = ["open_store_dataset"]
 

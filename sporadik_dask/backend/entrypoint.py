@@ -41,7 +41,7 @@ class SporadikBackendEntrypoint(BackendEntrypoint):
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
         """Yes only for a local store whose root document carries the block; never raises."""
-        from sporadik_dask.spec import BLOCK_KEY
+        from sporadik_dask.format.spec import BLOCK_KEY
 
         try:
             document = Path(os.fspath(filename_or_obj)) / "zarr.json"

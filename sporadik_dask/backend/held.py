@@ -29,7 +29,8 @@ import dask
 import numpy as np
 
 from sporadik_dask.backend.ours import is_read_sparse, mark_read
-from sporadik_dask.kernels import rows_of_runs
+from sporadik_dask.format.spec import LayoutGeometry
+from sporadik_dask.kernels.kernels import rows_of_runs
 from sporadik_dask.read.assembly import (
     LOOKUP_SLACK,
     assemble,
@@ -46,7 +47,6 @@ from sporadik_dask.read.selection import (
     normalize_points,
     ranks,
 )
-from sporadik_dask.spec import LayoutGeometry
 
 __all__ = ["select_held", "select_held_points", "selecting", "selecting_points", "slicing"]
 
@@ -256,9 +256,9 @@ def _kept_runs(array: Any, keep: Any, rows: Any) -> tuple[Any, Any, Any]:
 
 def _rank2_direct(array: Any, selection: Selection) -> Any:
     """A rank-2 selection taken from the array's own rows by one kernel, as a read's runs are
-    (:func:`~sporadik_dask.kernels.rows_of_runs`): nothing gathered first, the result written
-    once at its final size (on a machine where fresh pages are dear, a mask of 84 % of 40.6 M
-    values spent 4 of its 5 s gathering the kept rows first). None for what the kernel does not
+    (:func:`~sporadik_dask.kernels.kernels.rows_of_runs`): nothing gathered first, the result
+    written once at its final size (on a machine where fresh pages are dear, a mask of 84 % of 40.6
+    M values spent 4 of its 5 s gathering the kept rows first). None for what the kernel does not
     take (a dropped axis, columns asked for twice or out of order), left to :func:`assemble`.
     """
     if selection.dropped or not (selection.ordered(1) or descending(selection, 1)):

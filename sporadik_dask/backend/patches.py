@@ -7,12 +7,12 @@ therefore replace the names listed in :data:`PATCHES`, each
 
 1. acting only on a store's data (:mod:`~sporadik_dask.backend.ours` is asked first) and handing
    anything else to the original, unchanged: opening a store changes nothing for other arrays
-   (``tests/test_32_other_arrays.py``);
+   (``tests/backend/test_other_arrays.py``);
 2. switched off, every one at once, by ``dask.config`` ``sporadik.patches: False``: each name
    then calls the original as given (sporadik variables then behave as any backend's:
    xarray's reductions, dense dask chunks); ``sporadik.pushdown: False`` switches off the
    reductions, products and in-memory selections alone;
-3. pinned by ``tests/test_33_patches.py``, which names each upstream symbol, so a release that
+3. pinned by ``tests/backend/test_patches.py``, which names each upstream symbol, so a release that
    moves one fails there by name.
 
 :func:`install` runs when a store is opened (:mod:`~sporadik_dask.backend.dataset`); it is

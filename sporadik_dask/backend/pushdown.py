@@ -1,4 +1,4 @@
-"""xarray reductions of sporadik variables, pushed down to :mod:`sporadik_dask.reductions`.
+"""xarray reductions of sporadik variables, pushed down to :mod:`sporadik_dask.reduce.reductions`.
 
 xarray reduces a variable by handing its whole data to a numpy-style function: a lazily opened
 variable is read in full into one ``sparse.COO`` first, and a chunked one goes through
@@ -67,7 +67,7 @@ def pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
 def _op_of(func: Callable[..., Any] | str) -> str | None:
     from xarray.core import duck_array_ops
 
-    from sporadik_dask.reductions import OPS
+    from sporadik_dask.reduce.reductions import OPS
 
     if isinstance(func, str):
         return func if func in OPS else None
@@ -78,7 +78,7 @@ def _options(op: str | None, dtype: Any, kwargs: dict[str, Any]) -> tuple[str, b
     """The reduction, ``skipna`` and ``ddof`` if computed here; None for xarray's own path."""
     import dask
 
-    from sporadik_dask import reductions
+    from sporadik_dask.reduce import reductions
 
     if not dask.config.get("sporadik.pushdown", True):
         return None
@@ -98,7 +98,7 @@ def _axes_of(variable: Any, dim: Any, axis: Any) -> tuple[int, ...] | None:
         return None
     if (dim is None and axis is None) or dim is ...:
         return tuple(range(variable.ndim))
-    from sporadik_dask.reductions import reduced_axes
+    from sporadik_dask.reduce.reductions import reduced_axes
 
     if axis is not None:
         return reduced_axes(axis, variable.ndim)
@@ -117,12 +117,12 @@ def _pushed_down(
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Hashable, ...], Any] | None:
     """The reduced dims and data, or None to leave the reduction to xarray."""
-    from sporadik_dask.reductions import Target, dense_result
+    from sporadik_dask.reduce.reductions import Target, dense_result
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
-    if variable.size == 0:  # nothing stored: xarray's answer (or error) on the empty array
-        from xarray.core.variable import Variable
+    if variable.size == 0 and _op_of(func) in ("max", "min"):  # no value to pick: xarray's
+        from xarray.core.variable import Variable  # answer (or error) on the empty array
 
         empty = Variable(variable.dims, np.zeros(variable.shape, variable.dtype))
         reduced = empty.reduce(func, dim=dim, axis=axis, keepdims=keepdims, **kwargs)
@@ -162,7 +162,7 @@ def _pushed_data(
     variable: Any, target: Any, op: Any, skipna: bool, ddof: int, *, dense: bool
 ) -> Any:
     """``op`` into ``target`` from the store beneath ``variable``, or None if it has none."""
-    from sporadik_dask import reductions
+    from sporadik_dask.reduce import reductions
 
     held = variable._data
     if is_read_dask(held):
@@ -192,7 +192,7 @@ def _pushed_data(
 
 def _in_store(target: Any, axes: tuple[int, ...]) -> Any:
     """``target`` of a view whose axis d is the store's axis ``axes[d]``, in the store's axes."""
-    from sporadik_dask.reductions import Target
+    from sporadik_dask.reduce.reductions import Target
 
     if axes == tuple(range(len(axes))):
         return target
@@ -234,7 +234,7 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     import xarray as xr
     from xarray import DataArray
 
-    from sporadik_dask.reductions import Grouping, Target, dense_result
+    from sporadik_dask.reduce.reductions import Grouping, Target, dense_result
 
     obj = groupby._original_obj
     if not isinstance(obj, DataArray) or not is_sporadik_variable(obj.variable):

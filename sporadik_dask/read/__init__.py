@@ -13,7 +13,7 @@ Modules, one job each: ``selection`` (keys to positions), ``routing`` (pure: whi
 
 from __future__ import annotations
 
-from sporadik_dask.numba_cache import cache_sparse_kernels
+from sporadik_dask.kernels.numba_cache import cache_sparse_kernels
 from sporadik_dask.read.dask_array import from_sporadik
 from sporadik_dask.read.reader import StoreReader
 from sporadik_dask.read.selection import Selection, normalize_key, normalize_points

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.kernels import columns_of_runs, rows_of_runs, sort_by_key
+from sporadik_dask.format.spec import LayoutGeometry
+from sporadik_dask.kernels.kernels import columns_of_runs, rows_of_runs, sort_by_key
 from sporadik_dask.read.selection import (
     Axis,
     Positions,
@@ -24,7 +25,6 @@ from sporadik_dask.read.selection import (
     nondecreasing,
     ranks,
 )
-from sporadik_dask.spec import LayoutGeometry
 
 __all__ = ["assemble", "c_order"]
 
@@ -136,9 +136,9 @@ def _assemble_rank2(
     data: npt.NDArray[Any],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
     """A rank-2 selection straight from the runs into the result's coordinates, C order, by one
-    kernel (:func:`~sporadik_dask.kernels.rows_of_runs` along the runs,
-    :func:`~sporadik_dask.kernels.columns_of_runs` across them): each run taken in place, once
-    per request, nothing gathered, stacked or sorted on the way, so the read holds the runs and
+    kernel (:func:`~sporadik_dask.kernels.kernels.rows_of_runs` along the runs,
+    :func:`~sporadik_dask.kernels.kernels.columns_of_runs` across them): each run taken in place,
+    once per request, nothing gathered, stacked or sorted on the way, so the read holds the runs and
     the result alone (every gene reversed, 17.9 M values: peak RSS 2.0 GiB before, 1.1 GiB).
     None for what they do not take: a position of the other axis asked for twice, an order of it
     neither ascending nor descending along the runs, a run not ascending, a dtype numba lacks.

@@ -15,11 +15,11 @@ import numpy as np
 if TYPE_CHECKING:
     import dask.array as da
 
-from sporadik_dask.budgets import balanced_blocks
-from sporadik_dask.describe import LayoutDescription, open_store
-from sporadik_dask.errors import LayoutError
+from sporadik_dask.format.errors import LayoutError
+from sporadik_dask.planning.budgets import balanced_blocks
 from sporadik_dask.read.reader import Format, StoreReader
-from sporadik_dask.storage import StoreLike, location_of
+from sporadik_dask.store.describe import LayoutDescription, open_store
+from sporadik_dask.store.storage import StoreLike, location_of
 
 __all__ = ["from_sporadik"]
 
@@ -46,8 +46,8 @@ def from_sporadik(
     chunks
         ``"auto"`` cuts the layout's indexed axis by its values (from ``indptr``) into blocks
         of at most dask's ``array.chunk-size`` in sparse bytes, enough of them to keep every
-        core busy (:mod:`sporadik_dask.budgets`), whole along the other axes; anything else is
-        taken as dask's ``chunks=`` and reads no chunk to build the array.
+        core busy (:mod:`sporadik_dask.planning.budgets`), whole along the other axes; anything else
+        is taken as dask's ``chunks=`` and reads no chunk to build the array.
     axis
         The layout to read from; default the lowest axis the store makes contiguous.
     format
@@ -83,8 +83,9 @@ def from_sporadik(
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:
-    """Blocks along the indexed axis sized by :func:`~sporadik_dask.budgets.balanced_blocks`
-    from the layout's real counts (all of ``indptr``), whole along the other axes."""
+    """Blocks along the indexed axis sized by
+    :func:`~sporadik_dask.planning.budgets.balanced_blocks` from the layout's real counts (all of
+    ``indptr``), whole along the other axes."""
     indptr = np.concatenate(([0], np.cumsum(reader.counts(layout.indexed_axis))))
     along = balanced_blocks(layout, indptr)
     return tuple(

@@ -13,12 +13,12 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from sporadik_dask.chunks import read_joined
-from sporadik_dask.describe import LayoutDescription
-from sporadik_dask.errors import LayoutError
+from sporadik_dask.format.errors import LayoutError
+from sporadik_dask.format.spec import check_indices
 from sporadik_dask.read.routing import Brackets, run_chunks
 from sporadik_dask.read.selection import Positions, distinct
-from sporadik_dask.spec import check_indices
+from sporadik_dask.store.chunks import read_joined
+from sporadik_dask.store.describe import LayoutDescription
 
 __all__ = ["fetch_brackets", "fetch_runs", "fetch_values"]
 
@@ -48,7 +48,7 @@ def fetch_brackets(
     Each request is a layout, its ``indptr`` array and sorted positions; only the ``indptr``
     chunks holding them are read, all requests in one batch. ``next_arrays`` (the layouts'
     ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
-    known yet (:func:`~sporadik_dask.chunks.read_joined`), so wave two is ranges alone.
+    known yet (:func:`~sporadik_dask.store.chunks.read_joined`), so wave two is ranges alone.
     """
     fetches = []
     for layout, indptr, positions in requests:

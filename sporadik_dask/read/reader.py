@@ -21,16 +21,8 @@ import numpy.typing as npt
 import zarr
 
 import sporadik_dask.read.statistics as statistics
-from sporadik_dask.describe import (
-    LayoutDescription,
-    OpenedStore,
-    StoreDescription,
-    check_as_opened_async,
-    check_store_as_opened_async,
-    open_store,
-    reopen_store_async,
-)
-from sporadik_dask.errors import LayoutError, ScanWarning, SporadikError, StoreReplacedError
+from sporadik_dask.format.errors import LayoutError, ScanWarning, SporadikError, StoreReplacedError
+from sporadik_dask.format.spec import MAXIMA, magnitudes
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
@@ -41,8 +33,16 @@ from sporadik_dask.read.selection import (
     distinct,
     normalize_points,
 )
-from sporadik_dask.spec import MAXIMA, magnitudes
-from sporadik_dask.storage import StoreLike, location_of, run
+from sporadik_dask.store.describe import (
+    LayoutDescription,
+    OpenedStore,
+    StoreDescription,
+    check_as_opened_async,
+    check_store_as_opened_async,
+    open_store,
+    reopen_store_async,
+)
+from sporadik_dask.store.storage import StoreLike, location_of, run
 
 __all__ = ["StoreReader"]
 
@@ -61,7 +61,7 @@ def _as_opened(
     method: Callable[Concatenate[StoreReader, P], R],
 ) -> Callable[Concatenate[StoreReader, P], R]:
     """``method``, a read, returning only what the store held when the reader opened it, else
-    raising :class:`~sporadik_dask.errors.StoreReplacedError`.
+    raising :class:`~sporadik_dask.format.errors.StoreReplacedError`.
 
     The store's root is read once after the read's last wave (:func:`check_as_opened_async`): a
     writer takes the block off first and writes it back last, with its own token, so a root
@@ -141,8 +141,8 @@ class StoreReader:
     def from_opened(
         cls, opened: OpenedStore, *, axis: int | None = None, format: Format = "coo"
     ) -> StoreReader:
-        """A reader over a store :func:`~sporadik_dask.describe.open_store` opened already: its
-        arrays are used as they are, so no metadata document is fetched again."""
+        """A reader over a store :func:`~sporadik_dask.store.describe.open_store` opened already:
+        its arrays are used as they are, so no metadata document is fetched again."""
         reader = cls(
             opened.store,
             storage_options=opened.storage_options,
@@ -230,7 +230,7 @@ class StoreReader:
         return self.read(key, axis=self.axis)
 
     def _check_as_opened(self, failed: Exception | None) -> None:
-        """Raise :class:`~sporadik_dask.errors.StoreReplacedError` (from ``failed``, what the
+        """Raise :class:`~sporadik_dask.format.errors.StoreReplacedError` (from ``failed``, what the
         read raised, if anything) unless the store is still the one this reader opened."""
         if isinstance(failed, StoreReplacedError):
             return
@@ -473,8 +473,8 @@ class StoreReader:
     def maxima(self, axis: int) -> npt.NDArray[Any]:
         """Largest absolute value per position along ``axis``, as stored at write time.
 
-        In :func:`~sporadik_dask.spec.maxima_dtype` (unsigned for signed integer values), also
-        from a store that keeps them in the values' dtype, as the reference does.
+        In :func:`~sporadik_dask.format.spec.maxima_dtype` (unsigned for signed integer values),
+        also from a store that keeps them in the values' dtype, as the reference does.
         """
         layout = self._layout_for(axis)
         layout.check_whole_read(self.location)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.describe import LayoutDescription, StoreDescription
 from sporadik_dask.read.selection import Selection, distinct
+from sporadik_dask.store.describe import LayoutDescription, StoreDescription
 
 __all__ = ["Brackets", "Route", "candidates", "route", "run_chunks"]
 

@@ -12,10 +12,10 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 
-from sporadik_dask.budgets import TOTALS_BATCH
-from sporadik_dask.chunks import read_chunks
-from sporadik_dask.describe import LayoutDescription
+from sporadik_dask.planning.budgets import TOTALS_BATCH
 from sporadik_dask.read.routing import Brackets
+from sporadik_dask.store.chunks import read_chunks
+from sporadik_dask.store.describe import LayoutDescription
 
 __all__ = ["accumulator", "counts", "totals"]
 

@@ -24,7 +24,7 @@ import numpy as np
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
-    from sporadik_dask.reductions import Op
+    from sporadik_dask.reduce.reductions import Op
 
 __all__ = [
     "READ_PREFIX",
@@ -288,7 +288,7 @@ def reduced(
     x: Any, op: Op, axis: Any, *, dtype: Any = None, keepdims: Any = False, out: Any = None
 ) -> Any:
     """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
-    (:func:`~sporadik_dask.reductions.reduce_store_dask`), a dask array of ``sparse.COO`` as
+    (:func:`~sporadik_dask.reduce.reductions.reduce_store_dask`), a dask array of ``sparse.COO`` as
     dask's own; or None to leave it to dask.
 
     ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every
@@ -299,8 +299,8 @@ def reduced(
     """
     import sparse
 
-    from sporadik_dask import reductions
     from sporadik_dask.read.reader import StoreReader
+    from sporadik_dask.reduce import reductions
 
     source = reader_of(x)
     if not isinstance(source, StoreReader) or axis is None or dtype is not None or keepdims:

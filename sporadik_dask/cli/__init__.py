@@ -1,0 +1,1 @@
+"""The ``sporadik-dask`` command."""

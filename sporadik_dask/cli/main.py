@@ -1,0 +1,708 @@
+"""The ``sporadik-dask`` command: demo, info, validate, convert.
+
+A user's mistake is one clear line on stderr and exit status 2, never a traceback; the line
+names the command's flags (``--overwrite``), not the Python arguments behind them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from sporadik_dask.format.errors import AbsentChunkWarning, SporadikError
+from sporadik_dask.store.describe import StoreDescription, describe
+from sporadik_dask.write.writer import StoreWrite
+
+__all__ = ["main"]
+
+
+Progress = Callable[[Any], Any]
+
+
+@contextlib.contextmanager
+def _running(scheduler: str | None, quiet: bool) -> Iterator[Progress]:
+    """Where the work runs (a dask.distributed address, or threads here), and a function that
+    computes a pending write with a progress bar on a terminal."""
+    show = not quiet and sys.stderr.isatty()
+    with contextlib.ExitStack() as stack:
+        if scheduler:
+            from distributed import Client
+
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except OSError as unreachable:
+                raise SporadikError(
+                    f"Cannot reach the dask scheduler at {scheduler!r} ({unreachable}); check "
+                    "the address (tcp://host:8786) and that the scheduler is running."
+                ) from None
+
+            def on_cluster(write: Any) -> Any:
+                if not isinstance(write, StoreWrite):  # nothing left to write
+                    return write
+                futures = write.futures(client)
+                if show:
+                    from distributed import progress
+
+                    progress(futures)
+                write.wait(client, futures)
+                return write.commit()
+
+            yield on_cluster
+            return
+        if show:
+            from dask.diagnostics import ProgressBar
+
+            stack.enter_context(ProgressBar(out=sys.stderr))
+        yield lambda write: write.compute() if isinstance(write, StoreWrite) else write
+
+
+def _say(quiet: bool, message: str) -> None:
+    if not quiet:
+        print(message, flush=True)
+
+
+def _summary(description: StoreDescription) -> dict[str, Any]:
+    return {
+        "location": description.location,
+        "spec": description.spec,
+        "shape": list(description.shape),
+        "dtype": str(description.dtype),
+        "nnz": description.nnz,
+        "layouts": [
+            {
+                "path": layout.path,
+                "indexed_axis": layout.indexed_axis,
+                "index_order": list(layout.index_order),
+                "encoding": layout.encoding,
+                "index_dtypes": {k: str(v) for k, v in layout.index_dtypes.items()},
+                "chunks": dict(layout.chunks),
+                "shards": dict(layout.shards) if layout.shards else None,
+                "byte_addressable": layout.byte_addressable,
+                "has_maxima": layout.has_maxima,
+            }
+            for layout in description.layouts.values()
+        ],
+    }
+
+
+def _info(args: argparse.Namespace) -> None:
+    description = describe(args.store, storage_options=args.storage_options)
+    summary = _summary(description)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return
+    shape = " x ".join(str(s) for s in description.shape)
+    print(f"{description.location}: sporadik spec {description.spec}, complete")
+    print(f"  array   {shape}, {description.dtype}, {description.nnz:,} values")
+    for layout in summary["layouts"]:
+        extras = ["byte addressable" if layout["byte_addressable"] else "chunked"]
+        if layout["shards"]:
+            extras.append(f"shards {layout['shards']}")
+        extras.append("maxima" if layout["has_maxima"] else "no maxima")
+        print(
+            f"  {layout['path']:<14} axis {layout['indexed_axis']} contiguous, "
+            f"index_order {layout['index_order']}, {layout['encoding']}, "
+            f"chunks {layout['chunks']}, {', '.join(extras)}"
+        )
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """0 for a valid store; 1, with the first failed check on stderr, for one that is not."""
+    from sporadik_dask.format.errors import StoreNotFoundError
+    from sporadik_dask.read.validate import Absent, validate
+
+    absent: Absent = "warn" if args.allow_absent_chunks else "error"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AbsentChunkWarning)
+        try:
+            description = validate(args.store, storage_options=args.storage_options, absent=absent)
+        except StoreNotFoundError:
+            raise
+        except SporadikError as invalid:
+            print(f"sporadik-dask: invalid: {_in_flags(_one_line(invalid))}", file=sys.stderr)
+            return 1
+    for warning in caught:
+        print(f"sporadik-dask: warning: {warning.message}", file=sys.stderr)
+    _say(
+        args.quiet,
+        f"{description.location}: valid ({len(description.layouts)} layouts, "
+        f"{description.nnz:,} values, every check passed)",
+    )
+    return 0
+
+
+def _is_url(location: str) -> bool:
+    return "://" in location
+
+
+def _root_attributes(location: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The root attributes of a zarr group (v2 or v3) at ``location``, or None if there is none."""
+    if not _is_url(location) and not Path(location).is_dir():
+        return None
+    import zarr
+
+    try:
+        group = zarr.open_group(location, mode="r", storage_options=options)
+    except Exception:  # not a zarr group, whatever zarr or the file system says about it
+        return None
+    return dict(group.attrs)
+
+
+def _open_input(args: argparse.Namespace, staging: Path, attributes: dict[str, Any] | None) -> Any:
+    """The array to write from ``args.input``, read lazily or streamed where its format allows."""
+    from sporadik_dask.write import tables
+
+    if tables.is_parquet(args.input):
+        from sporadik_dask.write.parquet import parquet_source
+
+        return parquet_source(
+            args.input, args.columns, args.values, args.shape, staging, args.storage_options
+        )
+    if tables.is_table(args.input):
+        from sporadik_dask.write.sources import source_of
+
+        frame = tables.read_table(
+            args.input, args.columns, args.values, staging, args.storage_options
+        )
+        return source_of(frame, shape=args.shape, columns=args.columns, values=args.values)
+    if (attributes or {}).get("encoding-type") == "anndata":
+        return _anndata_matrix(args.input, args.storage_options, args.quiet)
+    if _is_url(args.input):
+        raise SporadikError(
+            f"{args.input!r} is not a sporadik store, an AnnData zarr store or a Parquet or CSV "
+            "table, the inputs read from an object store; copy a .h5ad, .npz or 10x directory "
+            "to a local disk first."
+        )
+    source = Path(args.input)
+    if not source.exists():
+        raise SporadikError(f"{args.input} does not exist.")
+    if tables.is_10x(source):
+        return _tenx_source(tables.read_10x(source, staging))
+    if source.suffix == ".npz":
+        import scipy.sparse
+
+        try:
+            return scipy.sparse.load_npz(source)
+        except ValueError as dense:
+            if "does not contain a sparse" not in str(dense):
+                raise
+            raise SporadikError(
+                f"{source} holds no scipy sparse matrix (arrays saved by np.savez are not one): "
+                "save it with scipy.sparse.save_npz, or convert a dense array from Python with "
+                "sporadik_dask.to_sporadik."
+            ) from None
+    if source.suffix == ".h5ad":
+        return _anndata_matrix(args.input, None, args.quiet)
+    raise SporadikError(
+        f"Cannot tell what {args.input!r} holds: convert reads an AnnData .h5ad file or .zarr "
+        "store, a 10x matrix directory, a Parquet or CSV table, a scipy .npz file, or an "
+        "existing sporadik store."
+    )
+
+
+def _tenx_source(tenx: Any) -> Any:
+    """The staged 10x matrix with barcodes and feature ids as the coordinates of obs and var,
+    and the features' names and types as coordinates along var."""
+    from dataclasses import replace
+
+    from sporadik_dask.write.sources import Labels, source_of
+
+    source = source_of(tenx.frame, shape=tenx.shape, columns=("obs", "var"), values="value")
+    extra = {name: ("var", values) for name, values in tenx.feature_columns.items()}
+    labels = Labels(
+        name="X",
+        dims=("obs", "var"),
+        attrs={},
+        coords={"obs": tenx.barcodes, "var": tenx.features, **extra},
+    )
+    return replace(source, labels=labels)
+
+
+def _anndata_matrix(source: str, options: dict[str, Any] | None, quiet: bool) -> Any:
+    """X of an AnnData file as a lazy DataArray with obs and var names as coordinates, and the
+    columns of obs and var as coordinates along them; its layers are named, not written."""
+    try:
+        import anndata
+        from anndata.experimental import read_elem_lazy
+    except ImportError as missing:
+        raise SporadikError(
+            "Reading AnnData needs the anndata package: pip install 'sporadik-dask[anndata]'."
+        ) from missing
+    import xarray as xr
+
+    if source.endswith(".h5ad"):
+        import h5py
+
+        try:
+            group: Any = h5py.File(source, "r")
+        except OSError as unreadable:
+            raise SporadikError(
+                f"{source} cannot be opened as HDF5 ({unreadable}); a truncated or unfinished "
+                ".h5ad file looks like this. Copy or write it again."
+            ) from None
+    else:
+        import zarr
+
+        group = zarr.open_group(source, mode="r", storage_options=options)
+    from sporadik_dask.store.labels import frame_coords
+
+    try:
+        x = read_elem_lazy(group["X"])
+        tables = {dim: anndata.io.read_elem(group[dim]) for dim in ("obs", "var")}
+    except (KeyError, OSError) as unreadable:
+        raise SporadikError(
+            f"{source} cannot be read as AnnData ({type(unreadable).__name__}: {unreadable}); "
+            "X, obs or var is missing or damaged."
+        ) from None
+    layers = sorted(group["layers"]) if "layers" in group else []
+    if layers and not quiet:
+        print(
+            f"sporadik-dask: note: {source} also holds layers {', '.join(layers)}; convert "
+            "writes X (and obs, var) only.",
+            file=sys.stderr,
+        )
+    coords: dict[str, Any] = {
+        dim: table.index.to_numpy().astype(str) for dim, table in tables.items()
+    }
+    taken = {*coords, "X"}
+    for dim, table in tables.items():
+        coords.update(frame_coords(table, dim, ("obs", "var"), taken))
+    # scipy chunks go to the writer as they are: it reads CSR and CSC through their own arrays
+    return xr.DataArray(x, dims=("obs", "var"), coords=coords, name="X")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other or the input, before anything is read."""
+    from sporadik_dask.write.tables import is_table
+
+    if args.byte_addressable and (args.chunk or args.shard):
+        flag = "--chunk" if args.chunk else "--shard"
+        raise SporadikError(
+            f"{flag} and --byte-addressable contradict each other: a byte-addressable array is "
+            "one uncompressed chunk. Give one of them."
+        )
+    repeated = sorted({c for c in args.columns or () if list(args.columns).count(c) > 1})
+    if repeated:
+        raise SporadikError(
+            f"--columns names {', '.join(map(repr, repeated))} more than once: each axis needs "
+            "a column of its own, and one column on two axes would write only a diagonal."
+        )
+    if is_table(args.input) and not args.columns:
+        raise SporadikError(
+            f"{args.input} is a table: say which columns hold the coordinates with "
+            "--columns (one per axis) and, unless each row counts one, --values."
+        )
+    if not is_table(args.input) and (args.columns or args.values or args.shape):
+        raise SporadikError("--columns, --values and --shape apply to Parquet and CSV tables only.")
+
+
+def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.write.targets import check_target
+    from sporadik_dask.write.writer import add_axis, to_sporadik
+
+    _check_flags(args)
+    started = time.perf_counter()
+    axes = tuple(args.axes) if args.axes else None
+    options = args.storage_options
+    attributes = _root_attributes(args.input, options)
+    with _running(args.scheduler, args.quiet) as progress:
+        if attributes is not None and _is_sporadik(attributes):
+            if args.output.rstrip("/") != args.input.rstrip("/"):
+                raise SporadikError(
+                    "To add layouts to an existing store, give it as both INPUT and OUTPUT; "
+                    "copying a store is a job for the object store's own tools."
+                )
+            present = describe(args.input, storage_options=options)
+            wanted = axes or range(present.rank)
+            if all(axis in present.layouts for axis in wanted):
+                _say(
+                    args.quiet,
+                    f"{args.input} has layouts {sorted(present.layouts)} already; nothing to "
+                    "write (--axes names others to add).",
+                )
+                return
+            for axis in wanted:
+                write = add_axis(
+                    args.input,
+                    axis,
+                    chunk=args.chunk,
+                    shard=args.shard,
+                    byte_addressable=args.byte_addressable,
+                    compute=False,
+                    storage_options=options,
+                )
+                description = _reported(args, write, progress, f"layout axis{axis} of {args.input}")
+        else:
+            target = check_target(
+                args.output, overwrite=args.overwrite, storage_options=options, inputs=[args.input]
+            )
+            with _staging(args) as staging:
+                write = to_sporadik(
+                    _open_input(args, staging, attributes),
+                    args.output,
+                    axes=axes,
+                    chunk=args.chunk,
+                    shard=args.shard,
+                    byte_addressable=args.byte_addressable,
+                    overwrite=args.overwrite,
+                    compute=False,
+                    storage_options=options,
+                )
+                try:
+                    description = _reported(args, write, progress, str(args.output))
+                except BaseException:
+                    if target.empty:  # nothing was there: leave nothing, not a torn store
+                        write.discard()
+                    raise
+    assert isinstance(description, StoreDescription)
+    _say(
+        args.quiet,
+        f"wrote {description.location}: {description.nnz:,} values, layouts "
+        f"{list(description.indexed_axes)}, in {time.perf_counter() - started:.1f} s",
+    )
+
+
+def _reported(args: argparse.Namespace, write: Any, progress: Any, what: str) -> Any:
+    """Run ``write``, noting on ``args`` what it committed, even when interrupted after its
+    commit went through, so an interrupt is reported as what it left: complete layouts or a
+    complete store, not nothing."""
+    try:
+        description = progress(write)
+    except KeyboardInterrupt:
+        if isinstance(write, StoreWrite) and write.committed():
+            args.committed = [*getattr(args, "committed", []), what]
+        raise
+    args.committed = [*getattr(args, "committed", []), what]
+    return description
+
+
+@contextlib.contextmanager
+def _staging(args: argparse.Namespace) -> Iterator[Path]:
+    """A directory for inputs that must be streamed before dask can split them, removed after.
+
+    It sits beside the output by default, so workers on the same file system can read it.
+    """
+    import tempfile
+
+    parent = args.staging
+    if parent is None and not _is_url(args.output):
+        beside = Path(args.output).absolute().parent
+        parent = beside if beside.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix=".sporadik-staging-", dir=parent) as directory:
+        yield Path(directory)
+
+
+def _is_sporadik(attributes: dict[str, Any]) -> bool:
+    """Whether root attributes are a sporadik store's, finished or torn (``describe`` then
+    says which)."""
+    from sporadik_dask.format.spec import BLOCK_KEY
+    from sporadik_dask.store.labels import LABELS_KEY
+
+    return BLOCK_KEY in attributes or LABELS_KEY in attributes
+
+
+def _demo(args: argparse.Namespace) -> None:
+    """Build a store from a generated dask array, open it lazily with xarray, slice each axis."""
+    import numpy as np
+    import xarray as xr
+
+    from sporadik_dask.synthetic import counts_matrix
+    from sporadik_dask.write.targets import check_target
+    from sporadik_dask.write.writer import to_sporadik
+
+    check_target(args.output, overwrite=True)  # a store the demo made before, or nothing
+    x = counts_matrix(cells=args.cells, genes=args.genes, rows_per_chunk=max(args.cells // 8, 1))
+    print(f"input: a dask array {x.shape} of sparse.COO chunks, {x.numblocks[0]} blocks")
+    array = xr.DataArray(x, dims=("cell", "gene"), name="counts", attrs={"units": "reads"})
+    started = time.perf_counter()
+    with _running(args.scheduler, args.quiet) as progress:
+        description = progress(to_sporadik(array, args.output, overwrite=True, compute=False))
+    assert isinstance(description, StoreDescription)
+    print(
+        f"wrote {args.output}: {description.nnz:,} values, a layout per axis, "
+        f"in {time.perf_counter() - started:.2f} s"
+    )
+
+    started = time.perf_counter()
+    ds = xr.open_dataset(args.output, engine="sporadik")
+    counts = ds[next(iter(ds.data_vars))]
+    print(f"opened lazily in {1000 * (time.perf_counter() - started):.1f} ms: {counts.dims}")
+    rng = np.random.default_rng(0)
+    for dim, size in counts.sizes.items():
+        picked = np.sort(rng.choice(size, size=min(5, size), replace=False))
+        started = time.perf_counter()
+        selection = counts.isel({dim: picked}).data
+        print(
+            f"  {len(picked)} positions along {dim}: {type(selection).__name__} "
+            f"{selection.shape}, {selection.nnz:,} values, "
+            f"{1000 * (time.perf_counter() - started):.1f} ms"
+        )
+    detected = counts.sporadik.nnz("gene")
+    top = int(detected.argmax("gene"))
+    print(f"  most detected gene: position {top}, in {int(detected[top]):,} cells (from indptr)")
+    started = time.perf_counter()
+    totals = counts.sporadik.totals("gene")
+    print(
+        f"  total counts per gene: {float(totals.sum()):,.0f} in all, "
+        f"{1000 * (time.perf_counter() - started):.1f} ms (values and indptr, no index)"
+    )
+    chunked = xr.open_dataset(args.output, engine="sporadik", chunks={})[counts.name]
+    per_cell = chunked.sum("gene").compute()
+    same = np.allclose(per_cell.values, counts.sporadik.totals("cell"))
+    print(
+        f"with chunks={{}}: a dask array, chunks {chunked.data.chunksize} of "
+        f"{type(chunked.data._meta).__name__}; a sum per cell gives a "
+        f"{type(per_cell.data).__name__} {per_cell.shape}, {'equal' if same else 'NOT equal'} "
+        "to the totals per cell"
+    )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as bad:
+        raise argparse.ArgumentTypeError(f"not JSON ({bad}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object is needed, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _length(text: str) -> int | None:
+    """An axis length, or None (for an axis of names, whose length its names decide)."""
+    return None if text.lower() == "none" else _positive(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from sporadik_dask import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="sporadik-dask", description="Write, inspect and check sporadik sparse stores."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="build a store with dask, open it with xarray")
+    demo.add_argument(
+        "--output",
+        default="demo.zarr",
+        help="where to write (default demo.zarr); a store already there is replaced, anything "
+        "else is refused",
+    )
+    demo.add_argument("--cells", type=_positive, default=40_000, help="rows (default 40000)")
+    demo.add_argument("--genes", type=_positive, default=5_000, help="columns (default 5000)")
+    demo.set_defaults(run=_demo)
+
+    info = commands.add_parser("info", help="what a store says about itself")
+    info.add_argument("store", help="a store's path or URL (s3://bucket/prefix)")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(run=_info)
+
+    check = commands.add_parser("validate", help="every check, including those reading data")
+    check.add_argument("store", help="a store's path or URL (s3://bucket/prefix)")
+    check.add_argument(
+        "--allow-absent-chunks",
+        action="store_true",
+        help="warn, rather than fail, on absent chunk objects the layout does not prove to be "
+        "zeros (for a store known to hold stored zeros)",
+    )
+    check.set_defaults(run=_validate)
+
+    convert = commands.add_parser(
+        "convert",
+        help="write a store from AnnData, 10x, a table, .npz or a store",
+        description="Write every layout of a store from an AnnData .h5ad file or .zarr store, a "
+        "10x matrix directory, a Parquet or CSV coordinate table, a scipy .npz file, or an "
+        "existing store (whose missing layouts are added). OUTPUT must not exist, be an empty "
+        "directory, or (with --overwrite) be a sporadik store; nothing else is ever replaced.",
+    )
+    convert.add_argument("input", help="the file, directory, store or URL to read")
+    convert.add_argument(
+        "output", help="where to write the store (the same as INPUT to add layouts to a store)"
+    )
+    convert.add_argument(
+        "--columns", nargs="+", help="a table's coordinate columns, one per axis, in axis order"
+    )
+    convert.add_argument("--values", help="a table's value column (default: each row counts 1)")
+    convert.add_argument(
+        "--shape",
+        type=_length,
+        nargs="+",
+        help="axis lengths, for integer coordinate columns (None for a column of names)",
+    )
+    convert.add_argument(
+        "--staging",
+        help="where to stream gzip'd or Matrix Market input (default: beside OUTPUT)",
+    )
+    convert.add_argument("--axes", type=int, nargs="+", help="layouts to write (default all)")
+    convert.add_argument("--chunk", type=_positive, help="elements per zarr chunk")
+    convert.add_argument(
+        "--shard",
+        type=_positive,
+        help="elements per object: many chunks in one sharded object (e.g. 16777216, 64 MiB of "
+        "4-byte values); default one object per chunk",
+    )
+    convert.add_argument(
+        "--byte-addressable",
+        action="store_true",
+        help="one uncompressed zarr chunk per array, for readers that fetch byte ranges",
+    )
+    convert.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a sporadik store at OUTPUT (never anything else)",
+    )
+    convert.set_defaults(run=_convert)
+
+    for command in (info, check, convert):
+        command.add_argument(
+            "--storage-options",
+            type=_json_object,
+            help="a JSON object of fsspec options for s3:// and other URLs, e.g. "
+            '\'{"anon": true}\' or \'{"endpoint_url": "http://localhost:9000"}\'',
+        )
+    for command in (demo, convert):
+        command.add_argument("--scheduler", help="a dask.distributed scheduler address")
+    for command in (demo, check, convert):
+        command.add_argument("--quiet", action="store_true", help="no progress output")
+    return parser
+
+
+#: Python arguments named in messages, and the flags that set them here.
+FLAGS: dict[str, str | Callable[[re.Match[str]], str]] = {
+    r"\bshape=\(([^)]*)\)": lambda found: (
+        "--shape " + " ".join(part.strip() for part in found.group(1).split(",") if part.strip())
+    ),
+    r"\boverwrite=True\b": "--overwrite",
+    r"\bbyte_addressable=True\b": "--byte-addressable",
+    r"\bstorage_options\b": "--storage-options",
+    r"\b(shape|columns|values|chunk|shard|axes)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|shard|axes)=": r"--\1 ",
+}
+
+
+def _in_flags(message: str) -> str:
+    """``message`` with the Python arguments it names spelled as this command's flags."""
+    for pattern, flag in FLAGS.items():
+        message = re.sub(pattern, flag, message)
+    return message
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into a closed pipe is quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status.
+
+    0 done; 1 ``validate`` found the store invalid; 2 refused (one line on stderr); 130
+    interrupted; 141 stdout closed early (``| head``).
+    A traceback means a fault in this package, not the user's.
+    """
+    args = _parser().parse_args(argv)
+    shown = warnings.formatwarning
+    warnings.formatwarning = _one_line_warning
+    try:
+        return _run(args)
+    finally:
+        warnings.formatwarning = shown
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        status = args.run(args) or 0
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        committed = getattr(args, "committed", [])
+        print(
+            f"sporadik-dask: interrupted; {' and '.join(committed)} committed, complete"
+            if committed
+            else "sporadik-dask: interrupted; nothing was committed",
+            file=sys.stderr,
+        )
+        return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
+    except (SporadikError, OSError, EOFError) as error:
+        print(f"sporadik-dask: {_in_flags(_one_line(error))}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        if isinstance(error, _damaged_input_errors()) and getattr(args, "input", None):
+            print(
+                f"sporadik-dask: {args.input} cannot be read ({_one_line(error)}); a truncated "
+                "or damaged file looks like this. Copy or write it again.",
+                file=sys.stderr,
+            )
+            return 2
+        if not isinstance(error, _object_store_errors()):
+            raise
+        print(
+            f"sporadik-dask: {_one_line(error)} (reaching the object store: set its credentials, "
+            "or give them, an endpoint or anon with --storage-options)",
+            file=sys.stderr,
+        )
+        return 2
+    return int(status)
+
+
+def _one_line_warning(message: Any, category: type[Warning], *_: Any, **__: Any) -> str:
+    """A warning as a shell user reads it: what, not which line of which module raised it."""
+    return f"sporadik-dask: {category.__name__}: {message}\n"
+
+
+def _damaged_input_errors() -> tuple[type[BaseException], ...]:
+    """What the readers of input files raise on a file cut short or damaged: a zip archive's
+    (``.npz``), Arrow's (Parquet, CSV) and pandas' parser's, when they are loaded."""
+    import zipfile
+
+    arrow = sys.modules.get("pyarrow.lib")
+    pandas = sys.modules.get("pandas.errors")  # a CSV row of too many or too few fields
+    return (
+        zipfile.BadZipFile,
+        *([arrow.ArrowInvalid] if arrow is not None else []),
+        *([pandas.ParserError] if pandas is not None else []),
+    )
+
+
+def _object_store_errors() -> tuple[type[BaseException], ...]:
+    """The object-store client's own errors (no credentials, a bad endpoint), when loaded; s3fs
+    lets botocore's through, where other failures arrive as an ``OSError``."""
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is None:
+        return ()
+    return (botocore.BotoCoreError, botocore.ClientError)
+
+
+def _one_line(error: BaseException) -> str:
+    message = " ".join(str(error).split())
+    if isinstance(error, SporadikError):
+        return message
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Compiled kernels (counting sorts, runs to results) and where numba caches them."""

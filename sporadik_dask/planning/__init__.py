@@ -1,0 +1,1 @@
+"""Pure planning: counts to partitions and zarr-chunk regions, and every size."""

@@ -1,0 +1,207 @@
+"""How big each piece of work is: read blocks, write partitions, and the batches of a pass.
+
+Every size the package picks by itself is set here, so one file answers "why is this block this
+big". Read blocks are sized by what they hold in memory as ``sparse.COO`` (the values plus one
+int64 coordinate per axis each), not by the cells they span: a single-cell matrix is 99 % zeros,
+and dask's own ``"auto"`` (dense bytes) would cut it into blocks of a few MB of values across
+both axes. Measurements: 2 cores, a 100,000 x 8,000 float32 store of 3.64 M values (72.8 MB as
+COO, ``synthetic.counts_matrix(cells=100_000, genes=8_000, density=0.00385, seed=1)``),
+``xr.open_dataset(..., chunks={"cell": n})`` then ``.sum("cell")`` / ``.mean("gene")`` (pushed
+down to per-block kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sporadik_dask.planning.plan import LayoutPlan
+    from sporadik_dask.store.describe import LayoutDescription
+
+__all__ = [
+    "BATCH_VALUES",
+    "BLOCKS_PER_CORE",
+    "CHUNKS_AT_ONCE",
+    "COUNT_BYTES",
+    "ESTIMATE_HEADROOM",
+    "MIN_BLOCK_BYTES",
+    "PARTITION_BYTES",
+    "SPARSE_BATCH_CELLS",
+    "TOTALS_BATCH",
+    "balanced_blocks",
+    "block_count",
+    "block_values",
+    "partition_values",
+    "positions_per_block",
+    "sparse_bytes_per_value",
+]
+
+#: Blocks per core a read is cut into when the store is big enough, so every core has work and
+#: a slow block does not leave the others idle. Sum / mean over 3.64 M values, compute only,
+#: threads, 2 cores shared with other work (load 3-5), min of 5: 1 block 0.17-0.23 / 0.17-0.24 s;
+#: 2 blocks 0.16-0.18 / 0.17-0.19 s; 4 blocks 0.15-0.21 / 0.14-0.19 s; 8 blocks (4 a core)
+#: 0.19-0.21 / 0.13-0.31 s: more than one block gains up to 1.4x, and 2 to 16 blocks differ by
+#: less than the noise. Open + compute at load 5 (others' work) on 2 cores, chunks={}: 1 block
+#: 0.18-0.23 s, 8 blocks 0.24-0.28 s (no idle core to gain from); chunks="auto": dask's 5 x 5
+#: dense-sized blocks 0.59-0.75 s, 8 blocks 0.24-0.28 s. Four a core keeps the gain on machines
+#: with idle cores and bounds the tail a skewed block leaves.
+BLOCKS_PER_CORE = 4
+
+#: The smallest read block, in sparse bytes, whatever the core count, so per-task overhead stays
+#: small. One thread, sum / mean over 3.64 M values: 1 block 0.20 / 0.19 s, 8 blocks of 9.1 MB
+#: 0.18 / 0.19 s, 32 of 2.3 MB 0.18 / 0.19 s, 128 of 0.57 MB 0.38 / 0.58 s (2-3 ms a block).
+MIN_BLOCK_BYTES = 4 * 2**20
+
+#: Bytes a write partition's sort may hold (positions, indices and values together). 128 MiB
+#: kept a sort task near 0.4 GB peak, so two threads and their inputs fit well under 1.5 GB.
+PARTITION_BYTES = 2**27
+
+#: Bytes of dense partial results a chunked reduction may hold at once. Each span of a dense
+#: grouped reduction fills fields of the whole result, and their merge holds every span's:
+#: 20,000 groups of 5,000 genes in 8 spans peaked at 10.7 to 11.5 GB, where one pass over
+#: the store (one span) peaked at 3.8 to 4.6 GB.
+DENSE_PARTIALS_BYTES = 2**30
+
+#: Bytes of the counts per position a write plans a layout from (8 per position along the
+#: layout's axis), held by every count task and by the client, and the layout's ``indptr`` as
+#: big: an axis of 3e8 positions would hold 2.4 GB in each, 2**40 positions 8 TiB.
+COUNT_BYTES = 2**30
+
+#: Chunks of ``data`` :func:`~sporadik_dask.read.statistics.totals` decodes at a time (2 Mi
+#: values at 128 KB chunks).
+TOTALS_BATCH = 64
+
+#: Zarr chunks :func:`~sporadik_dask.read.validate.validate` decodes per batch: memory stays at a
+#: few tens of MB.
+CHUNKS_AT_ONCE = 64
+
+#: Values :func:`~sporadik_dask.reduce.reductions.reduce_store` reads per batch of runs: a few tens
+#: of MB with their coordinates.
+BATCH_VALUES = 2**21
+
+#: Cells of the accumulator a sum or mean with a sparse result adds each run into (64 MiB of
+#: float64): a run of an ungrouped kept axis reaches only its own position's output cells, so
+#: adding it into a reused dense row replaces a sort of its values. Past it, runs are sorted.
+SPARSE_BATCH_CELLS = 2**23
+
+#: The share of ``array.chunk-size`` a block sized from a layout's mean values per position aims
+#: at, so positions denser than the mean do not push it over: blocks of 1,000+ positions with
+#: Poisson counts stray by about 1 % from the mean, skewed ones by more.
+ESTIMATE_HEADROOM = 0.8
+
+#: Bytes of one coordinate of one value in a ``sparse.COO`` (int64).
+COORDINATE_BYTES = 8
+
+
+def sparse_bytes_per_value(dtype: np.dtype[Any], rank: int) -> int:
+    """What one value costs in a ``sparse.COO`` block: itself and a coordinate per axis."""
+    return int(np.dtype(dtype).itemsize) + COORDINATE_BYTES * rank
+
+
+def _chunk_size_bytes() -> int:
+    import dask.config
+    from dask.utils import parse_bytes
+
+    return int(parse_bytes(dask.config.get("array.chunk-size")))
+
+
+def _cores() -> int:
+    from dask.system import CPU_COUNT
+
+    return max(int(CPU_COUNT), 1)
+
+
+def block_count(nnz: int, dtype: np.dtype[Any], rank: int, *, headroom: float = 1.0) -> int:
+    """How many read blocks ``nnz`` values make: enough to keep every core busy, none too small
+    or too big.
+
+    1. Aim for :data:`BLOCKS_PER_CORE` blocks per core of ``dask.system.CPU_COUNT``.
+    2. Fewer if blocks would hold under :data:`MIN_BLOCK_BYTES` of sparse bytes (a small store is
+       one block).
+    3. More if blocks would hold over ``headroom`` of dask's ``array.chunk-size`` in sparse
+       bytes; this wins over step 2.
+    """
+    per_value = sparse_bytes_per_value(dtype, rank)
+    most = max(int(_chunk_size_bytes() * headroom) // per_value, 1)
+    least = min(max(MIN_BLOCK_BYTES // per_value, 1), most)
+    wanted = min(BLOCKS_PER_CORE * _cores(), nnz // least)
+    return max(wanted, math.ceil(nnz / most), 1)
+
+
+def block_values(nnz: int, dtype: np.dtype[Any], rank: int, *, headroom: float = 1.0) -> int:
+    """Values per read block: ``nnz`` shared evenly by :func:`block_count` blocks."""
+    return max(math.ceil(nnz / block_count(nnz, dtype, rank, headroom=headroom)), 1)
+
+
+def positions_per_block(layout: LayoutDescription) -> int:
+    """Positions along ``layout``'s indexed axis per read block, from its description alone.
+
+    Opening a store reads metadata documents only, so this assumes the layout's mean values per
+    position, with :data:`ESTIMATE_HEADROOM`; :func:`balanced_blocks` cuts by the real counts
+    when ``indptr`` is at hand.
+    """
+    positions = max(layout.positions, 1)
+    per_position = max(layout.nnz / positions, 1.0)
+    rank = len(layout.shape)
+    values = block_values(layout.nnz, layout.dtype, rank, headroom=ESTIMATE_HEADROOM)
+    return int(min(max(values // per_position, 1), positions))
+
+
+def balanced_blocks(layout: LayoutDescription, indptr: npt.NDArray[np.int64]) -> tuple[int, ...]:
+    """Block sizes along ``layout``'s indexed axis, cut where ``indptr`` says the values fall.
+
+    Each block holds :func:`block_values` values give or take a position; a single position
+    holding more is a block of its own.
+    """
+    from sporadik_dask.planning.plan import partition_bounds
+
+    bounds = partition_bounds(indptr, block_values(layout.nnz, layout.dtype, len(layout.shape)))
+    return tuple(np.diff(bounds).tolist()) or (0,)
+
+
+#: Bytes of shuffle parts a layout's write may hold on a local scheduler before its parts go to
+#: disk (:mod:`sporadik_dask.write.spill`); ``dask.config`` ``sporadik.spill-bytes`` overrides it. A
+#: float32 layout of 22 M values, with int32 positions and indices.
+SPILL_BYTES = 2**28
+
+
+def held_pieces(plan: LayoutPlan, pieces: int) -> int:
+    """How many of a layout's pieces, first to last, keep their shuffle parts in memory when a
+    local scheduler runs its write; the parts of the pieces after them go to disk.
+
+    A partition's parts wait until the last piece it gathers from is split, so a layout holds
+    about its parts' bytes times the share of the pieces a partition gathers from: all of them
+    for the CSC layout of row blocks, a few for its CSR layout, whose partitions dask sorts as
+    their pieces are split. The first pieces keep their parts in memory while what waits stays
+    within ``sporadik.spill-bytes`` (:data:`SPILL_BYTES`; 0 spills every piece of a layout with
+    values, a negative value none), each taken to hold its share of the values; only what is
+    past the budget spills, so the budget is used rather than spent on nothing.
+
+    Measured when a layout spilled all its pieces or none (threads, 2 cores, float32 CSR .h5ad
+    of 60 M values, 2 runs each): spilling the CSC layout alone peaked at 0.99 and 1.01 GiB,
+    spilling both at 0.80 and 0.84 GiB, in the same time (13.1 and 13.3 s against 11.8 and
+    14.6 s); with the input in memory (89.6 M values), spilling both cost 0.6 to 2.0 s of an
+    11 to 13 s write (3 runs, paired), twice the bytes to disk and back.
+    """
+    import dask.config
+
+    budget = int(dask.config.get("sporadik.spill-bytes", SPILL_BYTES))
+    if budget < 0 or not plan.partitions or not pieces or not plan.nnz:
+        return pieces
+    part = 2 * plan.index_dtype.itemsize + plan.dtype.itemsize
+    share = sum(map(len, plan.for_write().sources(pieces))) / (plan.partitions * pieces)
+    waiting = plan.nnz * part * share
+    return pieces if waiting <= budget else int(pieces * budget // waiting)
+
+
+def partition_values(dtype: np.dtype[Any], partition_bytes: int | None) -> int:
+    """Values a write partition holds: ``partition_bytes``, else ``sporadik.partition-bytes``
+    in ``dask.config``, else :data:`PARTITION_BYTES`, at 16 bytes of keys per value."""
+    import dask.config
+
+    budget = partition_bytes or int(dask.config.get("sporadik.partition-bytes", PARTITION_BYTES))
+    return max(budget // (16 + np.dtype(dtype).itemsize), 1)

@@ -1,0 +1,266 @@
+"""Reductions as xarray users write them, lazily and with chunks=: numpy's values and dtypes."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import numpy.typing as npt
+import pytest
+import sparse
+import xarray as xr
+
+import sporadik_dask as sd
+from tests.helpers import random_dense
+
+OPS = ["sum", "mean", "max", "min", "count", "std", "var"]
+
+
+def _expected(dense: npt.NDArray[Any], op: str, axis: Any) -> npt.NDArray[Any]:
+    """numpy over the dense array, with xarray's default skipna (True for floats)."""
+    floating = dense.dtype.kind == "f"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if op == "count":
+            return np.asarray(np.sum(~np.isnan(dense.astype(np.float64)), axis=axis))
+        return np.asarray(getattr(np, ("nan" if floating else "") + op)(dense, axis=axis))
+
+
+@pytest.fixture(scope="module", params=[(2, np.float32), (3, np.float64), (2, np.int32)])
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, npt.NDArray[Any]]:
+    rank, dtype = request.param
+    shape = (40, 30, 6)[:rank]
+    dense = random_dense(np.random.default_rng(rank), shape, 0.25, dtype)
+    if dense.dtype.kind == "f":
+        dense[2, 3] = np.nan  # a stored NaN: skipna must leave it out
+        dense[7] = np.nan  # a whole position of NaN
+    path = tmp_path_factory.mktemp("r") / "s.zarr"
+    dims = ("cell", "gene", "spot")[:rank]
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims, name="x"), path)
+    return path, dense
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
+@pytest.mark.parametrize("op", OPS)
+def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
+    store: tuple[Path, npt.NDArray[Any]], op: str, chunks: Any
+) -> None:
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    for dims in [("cell",), ("gene",), None, ("cell", "gene")]:
+        axes = None if dims is None else tuple(variable.get_axis_num(d) for d in dims)
+        result = getattr(variable, op)(dims)
+        if chunks is None:
+            assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
+        else:
+            assert isinstance(result.data._meta, np.ndarray)
+        expected = _expected(dense, op, axes)
+        values = result.values
+        assert values.shape == expected.shape
+        if op != "count":
+            assert values.dtype == expected.dtype, (op, dims)
+        np.testing.assert_allclose(
+            values.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
+        )
+
+
+def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[Any]]) -> None:
+    path, dense = store
+    if dense.dtype.kind != "f":
+        pytest.skip("integers hold no NaN")
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    np.testing.assert_array_equal(variable.sum("gene", skipna=False).values, np.sum(dense, axis=1))
+
+
+def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    path, _ = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    with dask.config.set({"sporadik.pushdown": False}):
+        own = variable.sum("cell", skipna=False).compute()
+    pushed = variable.sum("cell", skipna=False).compute()
+    assert isinstance(own.data, sparse.COO) and isinstance(pushed.data, np.ndarray)
+    np.testing.assert_allclose(own.data.todense(), pushed.values, rtol=1e-6)
+
+
+def test_other_variables_reduce_as_xarray_reduces_them(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    path, dense = store
+    xr.open_dataset(path, engine="sporadik")  # installs the pushdown
+    plain = xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b", "c")[: dense.ndim])
+    assert isinstance(plain.sum("a", skipna=False).data, sparse.COO)  # xarray's own path
+
+
+def test_a_chunked_default_sum_never_builds_the_dense_array(tmp_path: Path) -> None:
+    dense_bytes = 20_000 * 2_000 * 4
+    x = sparse.random((20_000, 2_000), density=0.005, random_state=0, format="coo")
+    sd.to_sporadik(x.astype(np.float32), tmp_path / "s.zarr")
+    variable = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})["s"]
+    tracemalloc.start()
+    try:
+        total = variable.sum("dim_0").compute()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(total.values, x.sum(axis=0).todense(), rtol=1e-5)
+    assert peak < dense_bytes / 8, peak
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean", "std"])
+def test_a_transposed_lazy_variable_reduces_along_its_own_dims(
+    store: tuple[Path, npt.NDArray[Any]], op: str
+) -> None:
+    """``v.T`` is a view whose axes are the store's permuted; its reductions name its own."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    order = tuple(range(dense.ndim))[::-1]
+    turned = variable.transpose(*variable.dims[::-1])
+    picked = variable.isel(cell=slice(3, 30)).transpose(*variable.dims[::-1])
+    for dims in [("cell",), ("gene",), None]:
+        axes = None if dims is None else tuple(turned.get_axis_num(d) for d in dims)
+        expected = _expected(dense.transpose(order), op, axes)
+        result = getattr(turned, op)(dims)
+        assert result.dims == tuple(d for d in turned.dims if dims is not None and d not in dims)
+        np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+        expected = _expected(dense[3:30].transpose(order), op, axes)
+        np.testing.assert_allclose(getattr(picked, op)(dims).values, expected, rtol=1e-5)
+    np.testing.assert_array_equal(turned.data.todense(), dense.transpose(order))
+    np.testing.assert_array_equal(picked[..., ::-2].data.todense(), dense[3:30].T[..., ::-2])
+    chunked = turned.chunk({"cell": 9})
+    np.testing.assert_array_equal(chunked.data.compute().todense(), dense.transpose(order))
+
+
+def test_a_selection_reduces_the_same_once_xarray_holds_it_in_memory(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """A lazy selection's first reduction reads it, and xarray keeps what was read: the next
+    reductions (and those of a loaded variable) still come back as numpy, with ``ddof``."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik")["x"]
+    picked = variable.isel(gene=[17, 3, 3, 5])
+    loaded = variable.load()
+    for op in ["sum", "mean", "max", "std", "var", "std"]:
+        for view, values in [(picked, dense[:, [17, 3, 3, 5]]), (loaded, dense)]:
+            result = getattr(view, op)("gene", **({"ddof": 1} if op == "var" else {}))
+            assert isinstance(result.data, np.ndarray), (op, type(result.data))
+            expected = _expected(values, op, 1) if op != "var" else np.nanvar(values, 1, ddof=1)
+            np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_a_sum_with_min_count_equals_xarray_over_numpy_in_values_and_dtype(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """``min_count`` (NaN where fewer values than that are not NaN) is the same pass, and the
+    result dense numpy, as without it; xarray over the dense array is the oracle."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    plain = xr.DataArray(dense, dims=variable.dims)
+    for skipna in [None, True, False]:
+        for min_count in [1, 39, 40, 10_000]:
+            for dims in [("cell",), ("gene",), None]:
+                result = variable.sum(dims, min_count=min_count, skipna=skipna)
+                expected = plain.sum(dims, min_count=min_count, skipna=skipna)
+                if chunks is None:
+                    assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
+                values = np.asarray(result.values)
+                assert values.dtype == expected.dtype, (skipna, min_count, dims)
+                np.testing.assert_allclose(values, expected.values, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
+def test_reductions_after_an_op_that_fills_absent_cells_count_them(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """After X + 1, np.exp(X) or X.where(...), absent cells hold 1 or NaN, not 0: a pass over
+    the stored values alone would give a wrong sum, mean, minimum or count without a word."""
+    path, dense = store
+    if dense.ndim != 2 or dense.dtype.kind != "f":
+        pytest.skip("one float rank-2 store is enough")
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    reference = xr.DataArray(dense, dims=variable.dims)
+    groups = np.arange(dense.shape[0]) % 3
+    cases: list[Any] = [
+        lambda x: (x + 1).sum("cell"),
+        lambda x: np.exp(x).mean("cell"),
+        lambda x: np.exp(x).min("gene"),
+        lambda x: x.where(x > 0.5).mean("cell"),
+        lambda x: x.where(x > 0.5).count("gene"),
+        lambda x: x.where(x > 0.5).sum("cell"),
+        lambda x: (x + 1).var("cell"),
+        lambda x: (x - 1).max("cell"),
+        lambda x: (x - 1).min("gene"),
+        lambda x: x.where(x > 0.5).std("gene"),
+        lambda x: x.where(x > 0.5).max("cell"),
+        lambda x: x.where(x > 0.5).sum("cell", skipna=False),
+        lambda x: np.log(x).sum("cell"),  # absent cells -inf; a fully stored one adds none
+        lambda x: (x + 1).assign_coords(g=("cell", groups)).groupby("g").sum(),
+        lambda x: x.where(x > 0.5).assign_coords(g=("cell", groups)).groupby("g").mean(),
+    ]
+    if chunks is None:  # lazily, sparse itself refuses some of these (fill values, nanstd)
+        cases = cases[:1] + cases[3:5]
+    for case in cases:
+        got = case(variable)
+        data = got.data
+        data = data.compute() if hasattr(data, "compute") else data
+        data = data.todense() if isinstance(data, sparse.COO) else np.asarray(data)
+        expected = case(reference).values
+        np.testing.assert_allclose(
+            data.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
+        )
+
+
+def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values() -> None:
+    from sporadik_dask.reduce import reductions
+
+    dense = np.array([[0.0, 2.0], [0.0, 0.0], [3.0, 0.0]])
+    block = sparse.COO.from_numpy(dense) + 1.0  # absent cells hold 1
+    assert block.fill_value == 1.0
+    fields = reductions.block_fields(block, "sum", skipna=True, axis=(0,))
+    np.testing.assert_allclose(fields["total"].ravel(), (dense + 1.0).sum(axis=0))
+    for op in ("max", "min", "mean", "var"):
+        stored = reductions.block_fields(block, op, skipna=True, axis=(0,))
+        fields = {name: array.ravel() for name, array in stored.items()}
+        got = reductions.finish(op, fields, 3, np.dtype(np.float64), skipna=True)
+        np.testing.assert_allclose(got, getattr(np, op)(dense + 1.0, axis=0))
+    with np.errstate(divide="ignore"):
+        logged = np.log(sparse.COO.from_numpy(np.array([[1.0, 2.0], [0.0, 3.0]])))
+    assert logged.fill_value == -np.inf  # the second column is stored whole: it adds no -inf
+    fields = reductions.block_fields(logged, "sum", skipna=True, axis=(0,))
+    np.testing.assert_allclose(fields["total"].ravel(), [-np.inf, np.log(6.0)])
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 64}], ids=["lazy", "chunks={}", "chunks=64"])
+def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
+    tmp_path: Path, chunks: Any
+) -> None:
+    """int64 values near 2**62, and the squares of int32 values near 2**31, wrap in int64: the
+    mean or variance came out 0."""
+    big = np.zeros((200, 3), dtype=np.int64)
+    big[::2] = 2**62
+    wide = np.zeros((100, 3), dtype=np.int32)
+    wide[::10] = 2_000_000_000
+    for name, dense in [("big", big), ("wide", wide)]:
+        path = tmp_path / f"{name}-{chunks!r}.zarr"
+        sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), path)
+        variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)
+        x = variable[next(iter(variable.data_vars))]
+        for op in ("mean", "var", "std"):
+            got = np.asarray(getattr(x, op)("cell").values)
+            np.testing.assert_allclose(got, getattr(np, op)(dense, axis=0), rtol=1e-9)
+    if chunks == {}:
+        shifted = (x.astype("int64") + 2**62).mean("cell").values  # absent cells hold 2**62
+        expected = (wide.astype(np.int64) + 2**62).mean(axis=0)
+        np.testing.assert_allclose(shifted, expected, rtol=1e-9)

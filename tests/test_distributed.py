@@ -1,0 +1,207 @@
+"""The same write on a real `distributed.LocalCluster` with worker processes: workers write the
+chunks, the client commits the block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import sparse
+import sporadik
+from distributed import Client, get_task_stream
+
+import sporadik_dask as sd
+from tests.helpers import S3Bucket, random_dense
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_a_cluster_writes_what_the_threaded_scheduler_writes(
+    tmp_path: Path, client: Client, rank: int
+) -> None:
+    shape = (120, 90) if rank == 2 else (20, 15, 12)
+    dense = random_dense(np.random.default_rng(rank), shape, 0.2)
+    x = da.from_array(
+        sparse.COO.from_numpy(dense), chunks=tuple(s // 3 for s in shape), asarray=False
+    )
+    with get_task_stream(client) as stream:
+        on_cluster = sd.to_sporadik(x, tmp_path / "cluster.zarr", chunk=50, partition_bytes=4000)
+    ran = {str(task["key"]) for task in stream.data}
+    workers = {task["worker"] for task in stream.data}
+    assert any("-sort" in key for key in ran) and any("-write-data" in key for key in ran)
+    assert len(workers) == 2
+    # The block is committed by this process, not by a finalize task on a worker.
+    assert not any("finalize" in key or "commit" in key for key in ran)
+    assert sporadik.describe(tmp_path / "cluster.zarr").shape == shape
+    with sporadik.open_array(tmp_path / "cluster.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+    with sporadik.open_array(tmp_path / "cluster.zarr") as store:
+        assert store.indexed_axes == tuple(range(rank))
+    assert on_cluster.nnz == np.count_nonzero(dense)
+
+
+def test_a_cluster_makes_a_write_s_shuffle_tasks_on_the_scheduler_not_the_client(
+    tmp_path: Path, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(4), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
+    layer = write.__dask_graph__().layers[write.__dask_layers__()[0]]
+    assert not layer.is_materialized()
+    write.compute()
+    assert not layer.is_materialized()
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+
+
+def test_a_cluster_spills_shuffle_parts_inside_the_store_every_worker_writes(
+    tmp_path: Path, client: Client
+) -> None:
+    # A file in one worker's temporary directory could not be read by the worker running the
+    # sort; the local directory store is written by every worker, so the parts go there.
+    dense = random_dense(np.random.default_rng(6), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with dask.config.set({"sporadik.spill-bytes": 0, "temporary-directory": str(scratch)}):
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=4000)
+        assert isinstance(write, sd.StoreWrite)
+        with get_task_stream(client) as stream:
+            futures = write.futures(client)
+            assert len(futures) == len(write.__dask_keys__())
+            with pytest.raises(ValueError, match="pass what futures"):
+                write.wait(client, futures[:1])
+            write.wait(client, futures)
+    sorts = {task["worker"] for task in stream.data if "-sort-" in str(task["key"])}
+    assert len(sorts) == 2
+    assert list(scratch.iterdir()) == []  # no worker used its own temporary directory
+    parts = list((tmp_path / "s.zarr" / "layouts").glob(".sporadik-parts-*/*.parts"))
+    assert len(parts) == 2 * 12  # every piece of both layouts, each in one file
+    write.commit()
+    assert list((tmp_path / "s.zarr").rglob(".sporadik-parts-*")) == []
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+
+
+def test_a_failed_wait_on_a_cluster_removes_the_spilled_parts(
+    tmp_path: Path, client: Client
+) -> None:
+    """``futures`` then ``wait``, failing (here cancelled once parts are on disk, as a restart
+    does): the parts go with the write, not when the StoreWrite is collected, which a notebook
+    keeping it never does."""
+    import time
+
+    from sporadik_dask.synthetic import counts_matrix
+
+    x = counts_matrix(cells=20_000, genes=2_000, density=0.02, rows_per_chunk=1_000)
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=40_000)
+        assert isinstance(write, sd.StoreWrite)
+        futures = write.futures(client)
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "s.zarr").rglob(".sporadik-parts-*/*.parts")):
+            assert time.monotonic() < deadline and not all(f.done() for f in futures)
+            time.sleep(0.005)
+        client.cancel(futures)
+        with pytest.raises(Exception, match="cancelled"):
+            write.wait(client, futures)
+    assert list((tmp_path / "s.zarr").rglob(".sporadik-parts-*")) == []
+    with pytest.raises(sd.IncompleteError):
+        write.commit()
+
+
+def test_a_cluster_writing_an_object_store_keeps_its_parts_in_its_workers(
+    s3: S3Bucket, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(8), (120, 90), 0.2)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
+    url, options = f"s3://{s3['bucket']}/parts.zarr", s3["storage_options"]
+    with dask.config.set({"sporadik.spill-bytes": 0}):
+        write = sd.to_sporadik(x, url, compute=False, partition_bytes=4000, storage_options=options)
+        assert isinstance(write, sd.StoreWrite)
+        local, *shared = write._spill
+        assert shared == []
+        write.wait(client, write.futures(client))
+    assert not Path(local).exists()  # before the commit, which would remove it
+    write.commit()
+    stored = sd.from_sporadik(url, storage_options=options).compute()
+    np.testing.assert_array_equal(stored.todense(), dense)
+
+
+def test_a_cluster_merges_coordinate_columns(tmp_path: Path, client: Client) -> None:
+    rng = np.random.default_rng(5)
+    rows, cols = rng.integers(0, 50, 400), rng.integers(0, 30, 400)
+    values = rng.integers(1, 5, 400).astype(np.float64)
+    columns = (
+        da.from_array(values, chunks=70),
+        (da.from_array(rows, chunks=70), da.from_array(cols, chunks=70)),
+    )
+    sd.to_sporadik(columns, tmp_path / "s.zarr", shape=(50, 30))
+    expected = np.zeros((50, 30))
+    np.add.at(expected, (rows, cols), values)
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), expected)
+
+
+def test_a_cluster_reads_stepped_and_listed_selections_of_from_sporadik(
+    tmp_path: Path, client: Client
+) -> None:
+    dense = random_dense(np.random.default_rng(4), (40, 30), 0.3)
+    sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=16)
+    x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(10, 30))
+    with get_task_stream(client) as stream:
+        stepped, listed = client.compute([x[None:2:-3], x[:, [29, 2, 2]]], sync=True)
+    # the workers read windows of the store (a reader and positions, pickled as a location)
+    assert any(str(task["key"]).startswith("('sporadik-read-") for task in stream.data)
+    np.testing.assert_array_equal(stepped.todense(), dense[None:2:-3])
+    np.testing.assert_array_equal(listed.todense(), dense[:, [29, 2, 2]])
+
+
+def test_convert_on_a_cluster_shows_progress_on_a_terminal(tmp_path: Path, client: Client) -> None:
+    import sys
+
+    import scipy.sparse as sp
+
+    from tests.helpers import run_on_terminal
+
+    matrix = sp.random(300, 200, density=0.1, format="csr", random_state=7, dtype=np.float64)
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    assert client.scheduler is not None and client.scheduler.address is not None  # connected
+    address = client.scheduler.address
+    command = [sys.executable, "-m", "sporadik_dask.cli.main", "convert", str(tmp_path / "m.npz")]
+    status, printed = run_on_terminal(
+        [*command, str(tmp_path / "out.zarr"), "--scheduler", address]
+    )
+    assert status == 0, printed
+    assert "100% Completed" in printed and "wrote " in printed
+    with sporadik.open_array(tmp_path / "out.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())
+
+
+def test_a_cluster_takes_an_in_memory_array_scattered_once_not_in_every_graph(
+    tmp_path: Path, client: Client
+) -> None:
+    """Held in the graph, a scipy matrix would be sent with the count pass and again with the
+    write (distributed warns of a large graph each time); scattered, the graph holds futures."""
+    import warnings
+
+    import scipy.sparse as sp
+    from distributed import Future
+
+    from sporadik_dask.write import sources
+
+    matrix = sp.random(3_000, 400, density=0.05, format="csr", dtype=np.float32, random_state=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # distributed's "Sending large graph" among them
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "100kB"}):
+            write = sd.to_sporadik(matrix, tmp_path / "s.zarr", compute=False)
+            assert isinstance(write, sd.StoreWrite)
+            description = write.compute()
+    assert description.nnz == matrix.nnz
+    pieces = sources.source_of(matrix).pieces
+    held = [pieces.graph.layers[pieces.keys[0][0]][key] for key in pieces.keys]
+    assert held and all(isinstance(piece, Future) for piece in held)
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())

@@ -1,0 +1,368 @@
+"""The graph builders, read without computing: keys, dependencies and names are what a shuffle, a
+write and a reduction need, and two different writes or reductions share no key."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import numpy.typing as npt
+import pytest
+import sparse
+import zarr
+
+import sporadik_dask as sd
+from sporadik_dask.planning.plan import plan_layout
+from sporadik_dask.reduce import reductions
+from sporadik_dask.synthetic import counts_matrix
+from sporadik_dask.write import graph, tasks
+from sporadik_dask.write.writer import create_layout
+from tests.helpers import random_dense
+
+
+def _shuffled(inputs: int, partitions: int) -> tuple[list[Any], dict[Any, Any]]:
+    return graph._shuffle(
+        "s",
+        [("in", b) for b in range(inputs)],
+        split=(tasks.split_by_cell, (4, 4), partitions),
+        combine=[(tasks.merge_pieces, (4, 4))] * partitions,
+    )
+
+
+@pytest.mark.parametrize(("inputs", "partitions"), [(1, 1), (3, 5), (6, 2)])
+def test_the_shuffle_splits_each_input_once_and_each_partition_gathers_one_part_of_each(
+    inputs: int, partitions: int
+) -> None:
+    outputs, layer = _shuffled(inputs, partitions)
+    assert outputs == [("s", p) for p in range(partitions)]
+    splits = [key for key in layer if key[0] == "s-split"]
+    assert splits == [("s-split", b) for b in range(inputs)]
+    for b in range(inputs):
+        assert layer[("s-split", b)] == (tasks.split_by_cell, ("in", b), (4, 4), partitions)
+    for p in range(partitions):
+        func, shape, *parts = layer[("s", p)]
+        assert (func, shape) == (tasks.merge_pieces, (4, 4))
+        assert parts == [("s-part", b, p) for b in range(inputs)]
+        for b in range(inputs):
+            assert layer[("s-part", b, p)][1:] == (("s-split", b), p)
+    assert len(layer) == inputs + inputs * partitions + partitions
+
+
+def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None:
+    pieces = [("piece", i) for i in range(70)]
+    layer = graph._count_layer("c", pieces, [], ((0, 5),))
+    adds = [task for key, task in layer.items() if key != "c" and key[1] > 0]
+    assert all(len(task) - 1 <= graph.COUNT_FAN_IN for task in adds)
+    # 70 counts -> 9 -> 2 -> 1.
+    assert sorted({key[1] for key in layer if key != "c"}) == [0, 1, 2, 3]
+    assert layer["c"][0] is tasks.tally
+
+
+def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> None:
+    dense = random_dense(np.random.default_rng(1), (30, 20), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(7, 6), asarray=False)
+    tally = graph.count_graph(graph.pieces_of_blocks(x), x.shape, (0, 1)).compute()
+    assert isinstance(tally, tasks.Tally)
+    np.testing.assert_array_equal(tally.counts[0], np.count_nonzero(dense, axis=1))
+    np.testing.assert_array_equal(tally.counts[1], np.count_nonzero(dense, axis=0))
+    assert tally.repeats == 0
+
+
+def test_block_pieces_carry_each_block_offset_in_c_order() -> None:
+    layer = graph._block_pieces("p", "x", ((2, 3), (4, 1, 5)))
+    assert [task[1:] for task in layer.values()] == [
+        (("x", 0, 0), (0, 0)),
+        (("x", 0, 1), (0, 4)),
+        (("x", 0, 2), (0, 5)),
+        (("x", 1, 0), (2, 0)),
+        (("x", 1, 1), (2, 4)),
+        (("x", 1, 2), (2, 5)),
+    ]
+
+
+def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.ArrayRef]]:
+    layouts = zarr.open_group(path, mode="w", zarr_format=3).create_group("layouts")
+    return {
+        axis: {
+            name: tasks.ArrayRef.of(a) for name, a in create_layout(layouts, plan, False).items()
+        }
+        for axis, plan in plans.items()
+    }
+
+
+def _plans(dense: npt.NDArray[Any], chunk: int) -> dict[int, Any]:
+    return {
+        axis: plan_layout(
+            dense.shape,
+            axis,
+            (1 - axis,),
+            np.count_nonzero(dense, axis=1 - axis),
+            dense.dtype,
+            partition_values=40,
+            chunk=chunk,
+        )
+        for axis in (0, 1)
+    }
+
+
+@pytest.fixture
+def pieces() -> tuple[npt.NDArray[Any], graph.Pieces]:
+    dense = random_dense(np.random.default_rng(2), (40, 30), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 15), asarray=False)
+    return dense, graph.pieces_of_blocks(x)
+
+
+def _write_layer(
+    path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> tuple[Any, list[Any]]:
+    """The write layer of ``pieces`` into a new store at ``path`` (chunks of 16), and its
+    writes' keys."""
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    built, writes, _ = graph.write_graph(found, plans, _targets(path, plans))
+    return built.layers[list(built.layers)[-1]], writes
+
+
+def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    dense, found = pieces
+    plans = _plans(dense, 16)
+    _, first, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    _, second, _ = graph.write_graph(found, plans, _targets(tmp_path / "b.zarr", plans))
+    _, again, _ = graph.write_graph(found, plans, _targets(tmp_path / "a.zarr", plans))
+    assert not set(first) & set(second)
+    assert first == again
+
+
+def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    dense, found = pieces
+    small, large = _plans(dense, 16), _plans(dense, 64)
+    _, first, _ = graph.write_graph(found, small, _targets(tmp_path / "a.zarr", small))
+    _, second, _ = graph.write_graph(found, large, _targets(tmp_path / "a.zarr", large))
+    assert not set(first) & set(second)
+
+
+def test_a_write_graph_holds_no_open_array_and_pickles_small(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    layer, _ = _write_layer(tmp_path / "a.zarr", pieces)
+
+    def arguments(task: object) -> Iterator[object]:
+        if isinstance(task, tuple | list):
+            for item in task:
+                yield from arguments(item)
+        else:
+            yield task
+
+    found_args = [a for task in layer.values() for a in arguments(task)]
+    assert not any(isinstance(a, zarr.Array) for a in found_args)
+    assert any(isinstance(a, tasks.ArrayRef) for a in found_args)
+    assert len(pickle.dumps(dict(layer))) < 200_000
+
+
+def _regions_written(layer: Any) -> dict[str, list[tuple[int, int]]]:
+    """Every ``[start, stop)`` the layer's tasks write, by array path."""
+    written: dict[str, list[tuple[int, int]]] = {}
+    for func, *args in layer.values():
+        if func is tasks.write_region:
+            ref, start, stop = args[:3]
+            written.setdefault(ref.path, []).append((start, stop))
+        elif func is tasks.write_partition:
+            for ref, start, stop, *_ in args[0]:
+                written.setdefault(ref.path, []).append((start, stop))
+    return written
+
+
+def test_every_chunk_is_written_once_by_a_sort_or_by_a_task_joining_edges(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    dense, _ = pieces
+    layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
+    store = zarr.open_group(tmp_path / "a.zarr", mode="r")
+    written = _regions_written(layer)
+    for path, regions in written.items():
+        cuts = sorted(regions)
+        array = store[path]
+        assert isinstance(array, zarr.Array)
+        assert cuts[0][0] == 0 and cuts[-1][1] == array.shape[0]
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(cuts))  # no gap, no overlap
+    assert len(written) == 2 * 4  # indices, data, maxima, indptr of both layouts
+    # the sorts write the regions they fill alone: most of the values
+    inner = sum(
+        stop - start
+        for func, *args in layer.values()
+        if func is tasks.write_partition
+        for _, start, stop, array, *_ in args[0]
+        if array == "data"
+    )
+    assert inner > np.count_nonzero(dense)  # of both layouts' data together
+    for key in writes:
+        func, *args = layer[key]
+        assert func in (tasks.write_region, tasks.wrote)
+        if func is tasks.wrote:
+            assert layer[args[0]][0] is tasks.write_partition
+            continue
+        for arg in args[3:]:
+            edge, sorted_, *_ = layer[arg]
+            assert edge is tasks.edge and layer[sorted_][0] is tasks.write_partition
+
+
+def _sent_bytes(collection: Any) -> int:
+    """What ``dask.compute(collection)`` sends to a distributed scheduler, measured as
+    distributed measures it for its "Sending large graph" warning."""
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
+    from distributed.protocol.serialize import Serialized, serialize, to_serialize
+    from distributed.utils import nbytes
+
+    expr = FinalizeCompute(collections_to_expr([collection], True)).optimize()
+    sent = Serialized(*serialize(to_serialize(expr), on_error="raise"))
+    return sum(map(nbytes, [sent.header, *sent.frames]))
+
+
+def test_the_graph_a_write_sends_to_a_scheduler_grows_no_faster_than_its_values(
+    tmp_path: Path,
+) -> None:
+    # Twice the cells: twice the pieces and twice the partitions of each layout, so a task per
+    # (piece, partition) pair would be four times as many.
+    sizes, partitions = [], []
+    for factor in (1, 2, 4):
+        x = counts_matrix(cells=400 * factor, genes=60, density=0.1, rows_per_chunk=50)
+        write = sd.to_sporadik(x, tmp_path / f"{factor}.zarr", compute=False, partition_bytes=5_000)
+        sizes.append(_sent_bytes(write.written()))
+        sorts = Counter(k[0] for k in dict(write.__dask_graph__()) if str(k[0]).endswith("-sort"))
+        partitions.append(min(sorts.values()))
+    assert partitions[0] >= 8 and partitions[2] >= 3 * partitions[0]
+    assert sizes[1] <= 2 * sizes[0] + 2_048
+    assert sizes[2] <= 2 * sizes[1] + 2_048
+
+
+def test_a_layout_of_row_blocks_sorts_each_row_partition_from_the_blocks_it_meets_alone(
+    tmp_path: Path,
+) -> None:
+    # Rows of 50 a block, partitions of about 50 rows: each row partition waits for one or two
+    # blocks (so the CSR layout of a CSR input streams), each column partition for every block.
+    x = counts_matrix(cells=400, genes=60, density=0.2, rows_per_chunk=50)
+    write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False, partition_bytes=4_000)
+    assert isinstance(write, sd.StoreWrite)
+    layer = dict(write.__dask_graph__())
+    sorts = {axis: [k for k in layer if k[0].endswith(f"-{axis}-sort")] for axis in (0, 1)}
+    assert len(sorts[0]) >= 6 and len(sorts[1]) >= 2
+    blocks = len(x.chunks[0])
+    for axis, gathered in ((0, (1, 2)), (1, (blocks,))):
+        for key in sorts[axis]:
+            parts = [a for a in layer[key] if isinstance(a, tuple) and a in layer]
+            assert len(parts) in gathered
+    write.compute()
+    stored = sd.from_sporadik(tmp_path / "a.zarr").compute()
+    np.testing.assert_array_equal(stored.todense(), x.compute().todense())
+
+
+def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+) -> None:
+    layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
+    assert isinstance(layer, graph.Deferred) and not layer.is_materialized()
+    before = len(pickle.dumps(layer))
+    made = dict(layer)
+    assert layer.is_materialized() and set(writes) <= set(made)
+    assert len(pickle.dumps(layer)) == before
+    again = pickle.loads(pickle.dumps(layer))
+    assert not again.is_materialized()
+    assert again.keys() == made.keys()
+    assert pickle.dumps(dict(again)) == pickle.dumps(made)
+
+
+def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None:
+    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
+    indices = group.create_array("indices", shape=(4,), dtype="int32", chunks=(2,))
+    data = group.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
+    other = zarr.open_group(tmp_path / "t.zarr", mode="w", zarr_format=3)
+    moved = other.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
+    indptr = np.array([0, 1, 3, 4])
+    bounds = np.array([0, 2, 3])
+    plan = plan_layout((3, 5), 0, (1,), np.diff(indptr), "float32", partition_values=2)
+    refs = tasks.ArrayRef.of(indices), tasks.ArrayRef.of(data)
+    here = graph.pieces_of_layout(*refs, indptr, bounds, plan)
+    there = graph.pieces_of_layout(refs[0], tasks.ArrayRef.of(moved), indptr, bounds, plan)
+    assert len(here.keys) == 2 and here.keys[0] != there.keys[0]
+    task = here.graph.layers[here.keys[0][0]][here.keys[0]]
+    np.testing.assert_array_equal(task[3], [0, 1, 3])
+
+
+def _keys(x: da.Array) -> set[Any]:
+    return set(x.__dask_graph__().keys())
+
+
+def _target(shape: tuple[int, ...], seed: int | None = None) -> reductions.Target:
+    """The target of a reduction over axis 1 of ``shape``, grouping axis 0 by ``seed``'s codes
+    (not grouped when ``seed`` is None)."""
+    if seed is None:
+        return reductions.Target(shape, (1,))
+    codes = np.random.default_rng(seed).integers(-1, 3, shape[0])
+    return reductions.Target(shape, (1,), reductions.Grouping(0, codes, 3))
+
+
+def test_store_reductions_of_two_stores_or_groupings_share_no_key(tmp_path: Path) -> None:
+    readers = []
+    for i in range(2):
+        dense = random_dense(np.random.default_rng(i), (40, 30), 0.3)
+        sd.to_sporadik(dense, tmp_path / f"{i}.zarr", chunk=16)
+        readers.append(sd.StoreReader(tmp_path / f"{i}.zarr"))
+
+    def reduced(reader: sd.StoreReader, seed: int | None, op: reductions.Op = "sum") -> set[Any]:
+        target = _target((40, 30), seed)
+        return _keys(reductions.reduce_store_dask(reader, op, target, 3, skipna=True))
+
+    first = reduced(readers[0], 0)
+    assert first == reduced(readers[0], 0)  # the same reduction twice: the same keys
+    others = [reduced(readers[1], 0), reduced(readers[0], 1), reduced(readers[0], None)]
+    for other in [*others, reduced(readers[0], 0, "mean")]:
+        assert not first & other
+
+
+def test_grouped_reductions_of_two_arrays_or_groupings_share_no_key_beyond_their_input() -> None:
+    dense = random_dense(np.random.default_rng(3), (40, 30), 0.3)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(15, 30), asarray=False)
+    y = da.from_array(sparse.COO.from_numpy(dense * 2), chunks=(15, 30), asarray=False)
+
+    def built(array: da.Array, seed: int, dense: bool = True) -> set[Any]:
+        target = _target((40, 30), seed)
+        reduced = reductions.reduce_dask(array, "sum", target, skipna=True, dense=dense)
+        return _keys(reduced) - _keys(array)
+
+    first = built(x, 0)
+    assert first and first == built(x, 0)
+    for other in (built(y, 0), built(x, 1), built(x, 0, dense=False)):
+        assert not first & other
+
+
+def test_a_reduction_of_blocks_reads_each_block_once_at_its_offset_and_merges_in_a_tree() -> None:
+    chunks = ((4,) * 20, (5, 5))  # 40 blocks: 5 merges, then 1, under a fan-in of 8
+    leaves = graph._block_leaves(("fields", "op"), "x", chunks)
+    assert [leaf[2] for leaf in leaves] == [("x", i, j) for i in range(20) for j in range(2)]
+    assert [leaf[3] for leaf in leaves] == [(4 * i, 5 * j) for i in range(20) for j in range(2)]
+    layer = graph._tree_reduction("g", leaves, ("merge", "op"), ("finish", "op"))
+    assert [layer[("g", 0, i)] for i in range(40)] == leaves
+    merges = [key for key in layer if isinstance(key, tuple) and key[1] > 0]
+    assert merges == [("g", 1, j) for j in range(5)] + [("g", 2, 0)]
+    assert all(layer[key][:2] == ("merge", "op") for key in merges)
+    assert all(len(layer[key]) - 2 <= graph.REDUCE_FAN_IN for key in merges)
+    assert layer["g"] == ("finish", "op", ("g", 2, 0))
+
+
+def test_a_reduction_with_no_merge_hands_every_leaf_to_one_finishing_task() -> None:
+    leaves = [("fields", "op", (i, i + 1)) for i in range(20)]
+    layer = graph._tree_reduction("g", leaves, None, ("place", "shape"))
+    assert [layer[("g", 0, i)] for i in range(20)] == leaves
+    assert layer["g"] == ("place", "shape", *[("g", 0, i) for i in range(20)])
+    assert len(layer) == 21  # the leaves and the one task laying them down
