@@ -18,8 +18,6 @@ UPWARD = {
     # a reduction of a dask read is a pass over the store's runs, not dask's over its blocks
     ("sporadik_dask.read.window", "sporadik_dask.reduce"),
     ("sporadik_dask.read.window", "sporadik_dask.reduce.reductions"),
-    # graph.py is the only module that builds dask graphs, a reduction's tree included
-    ("sporadik_dask.reduce.reductions", "sporadik_dask.write.graph"),
 }
 
 

@@ -49,13 +49,13 @@ class SporadikChunkManager(DaskManager):
 
 def computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
     """``DaskManager.compute``, each block a reduction of ours made afresh handed back
-    uncopied (:class:`~sporadik_dask.write.graph.FreshResult`): a variable holds it as a plain dask
+    uncopied (:class:`~sporadik_dask.reduce.graph.FreshResult`): a variable holds it as a plain dask
     array (:func:`plain_dask_array`), whose one block dask would deep-copy on the way out. A
     read computed whole is marked as read (:func:`~sporadik_dask.backend.ours.mark_read`)."""
 
     @functools.wraps(compute)
     def compute_fresh(self: Any, *data: Any, **kwargs: Any) -> Any:
-        from sporadik_dask.write.graph import as_fresh
+        from sporadik_dask.reduce.graph import as_fresh
 
         ours = [as_fresh(x) for x in data]  # anyone else's array is handed over as it came
         computed = compute(self, *ours, **kwargs)

@@ -1071,7 +1071,7 @@ def reduce_store_dask(
     each span's finished cells are laid into the result once (:func:`place_spans`), not
     merged."""
     from sporadik_dask.planning.plan import partition_bounds
-    from sporadik_dask.write.graph import store_reduction
+    from sporadik_dask.reduce.graph import store_reduction
 
     layout = _layout_for(reader, target, dense)
     layout.check_whole_read(reader.location)
@@ -1309,7 +1309,7 @@ def reduce_dask(
     """
     from functools import partial
 
-    from sporadik_dask.write.graph import blockwise_reduction, grouped_reduction
+    from sporadik_dask.reduce.graph import blockwise_reduction, grouped_reduction
 
     if target.grouping is not None or not dense:
         return grouped_reduction(

@@ -1,0 +1,218 @@
+"""The reductions' dask graphs: a tree of tasks merging fields, over a store's spans of runs or a
+dask array's blocks, and dask's own tree over blocks whose fields are any object.
+
+The numeric kernels live in :mod:`sporadik_dask.reduce.reductions` and come in as calls (a
+function and its leading arguments), so this module never imports that one. Each builder names
+its layer by a token of everything its tasks depend on and hands it to a pure planner
+(:func:`_tree_reduction`, :func:`_block_leaves`), so tests read the keys without computing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import dask.array as da
+import numpy as np
+import numpy.typing as npt
+from dask.base import tokenize
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+
+if TYPE_CHECKING:
+    from sporadik_dask.read.reader import StoreReader
+
+__all__ = [
+    "FreshResult",
+    "as_fresh",
+    "block_offsets",
+    "blockwise_reduction",
+    "fan_in",
+    "grouped_reduction",
+    "store_reduction",
+]
+
+Key = Any
+Layer = dict[Key, Any]
+#: A task before its inputs: a function and its leading arguments.
+Call = tuple[Any, ...]
+
+#: Fields of spans or blocks one task of a reduction merges.
+REDUCE_FAN_IN = 8
+
+
+def block_offsets(chunks: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Where each block starts along each axis."""
+    return [np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist() for c in chunks]
+
+
+def fan_in(
+    layer: Layer, name: str, level: list[Any], combine: Callable[..., Any], *head: Any, width: int
+) -> Any:
+    """Add tasks combining ``level``'s results ``width`` at a time (``combine(*head, *group)``),
+    level by level, so no task holds more than ``width`` of them; return the root's key."""
+    depth = 0
+    while len(level) > 1:
+        depth += 1
+        groups = [level[i : i + width] for i in range(0, len(level), width)]
+        level = []
+        for j, group in enumerate(groups):
+            layer[(name, depth, j)] = (combine, *head, *group)
+            level.append((name, depth, j))
+    return level[0]
+
+
+def store_reduction(
+    reader: StoreReader,
+    bounds: npt.NDArray[np.int64],
+    *,
+    label: str,
+    fields: Call,
+    merge: Call | None,
+    finish: Call,
+    shape: tuple[int, ...],
+    meta: Any,
+) -> da.Array:
+    """A reduction of a store as a one-block dask array: one task per span of positions
+    ``bounds[i]:bounds[i + 1]``, each reading its own runs, merged as :func:`_tree_reduction`.
+
+    ``(*fields, (first, last))`` gives a span's fields; ``merge`` and ``finish`` are as in
+    :func:`_tree_reduction`. Named by the reader (store, layout), the spans and the three calls
+    (the reduction, its target and options), so reductions of other stores, groupings or options
+    share no key.
+    """
+    name = f"{label}-{tokenize(reader, bounds, fields, merge, finish)}"
+    spans = zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    layer = _tree_reduction(name, [(*fields, span) for span in spans], merge, finish)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    return _one_block(Delayed(name, graph), shape, meta)
+
+
+def grouped_reduction(
+    x: da.Array,
+    *,
+    label: str,
+    fields: Call,
+    merge: Call,
+    finish: Call,
+    shape: tuple[int, ...],
+    meta: Any,
+) -> da.Array:
+    """A reduction of a dask array's blocks into one whole output (every block may add into any
+    output cell, as a groupby's do), as a one-block dask array merged as :func:`_tree_reduction`.
+
+    ``(*fields, block, offsets)`` gives the fields of a block starting at ``offsets``. Named by
+    the input and the three calls.
+    """
+    name = f"{label}-{tokenize(x, fields, merge, finish)}"
+    layer = _tree_reduction(name, _block_leaves(fields, x.name, x.chunks), merge, finish)
+    graph = HighLevelGraph.from_collections(name, layer, [x])  # type: ignore[list-item]
+    return _one_block(Delayed(name, graph), shape, meta)
+
+
+def _block_leaves(fields: Call, blocks: str, chunks: Sequence[Sequence[int]]) -> list[Call]:
+    """Pure: ``(*fields, block, offsets)`` per block of the array named ``blocks``, in C order."""
+    starts = block_offsets(chunks)
+    return [
+        (*fields, (blocks, *index), tuple(starts[axis][i] for axis, i in enumerate(index)))
+        for index in np.ndindex(*(len(c) for c in chunks))
+    ]
+
+
+def _tree_reduction(name: str, leaves: Sequence[Call], merge: Call | None, finish: Call) -> Layer:
+    """Pure: a reduction whose result is the key ``name``.
+
+    1. Leaf ``i`` is the task ``leaves[i]``, at key ``(name, 0, i)``.
+    2. Their results are merged :data:`REDUCE_FAN_IN` at a time, ``(*merge, *parts)``, level by
+       level (:func:`fan_in`), so no task holds more than a few sets of fields.
+    3. ``(*finish, root)`` makes the result from the merged fields. With no ``merge``,
+       ``(*finish, *leaves)`` makes it from every leaf's at once (leaves that share no output
+       cell, each laid into the result once, which a merge would copy at every level).
+    """
+    layer: Layer = {(name, 0, i): leaf for i, leaf in enumerate(leaves)}
+    if merge is None:
+        layer[name] = (*finish, *list(layer))
+        return layer
+    root = fan_in(layer, name, list(layer), *merge, width=REDUCE_FAN_IN)
+    layer[name] = (*finish, root)
+    return layer
+
+
+class FreshResult(da.Array):
+    """A one-block dask array whose block a task makes afresh at every compute, handed back as
+    it is.
+
+    dask copies a single block on the way out, in case it is a buffer held in the graph or by a
+    worker: a deep copy for ``sparse.COO``, 0.6 s of a 3.3 s grouped sum of 68 M cells. A block
+    a reduction's last task made holds nothing anyone else has. A persisted one is a plain dask
+    array again, copied as dask copies.
+    """
+
+    __slots__ = ()
+
+    def __dask_postcompute__(self) -> tuple[Callable[..., Any], tuple[()]]:
+        return _the_block, ()
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+
+
+def _the_block(results: Any) -> Any:
+    """The one block of a computed one-block array, uncopied."""
+    while isinstance(results, (list, tuple)) and len(results) == 1:
+        results = results[0]
+    return results
+
+
+#: Names of the one-block arrays whose block a task makes afresh at every compute.
+FRESH_PREFIX = "sporadik-fresh-"
+
+
+def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
+    """A delayed result as a dask array of one block, of ``meta``'s type and dtype."""
+    name = f"{FRESH_PREFIX}{tokenize(result.key, shape, meta.dtype, type(meta))}"
+    array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta, name=name)
+    return FreshResult(array.dask, array.name, array.chunks, meta=array._meta)  # type: ignore[no-untyped-call]
+
+
+def as_fresh(x: Any) -> Any:
+    """``x`` as a :class:`FreshResult` when it is a plain dask array of a block made afresh
+    (xarray holds plain dask arrays only), else ``x``: a persisted one holds its block, which
+    dask then copies as it should."""
+    from dask.core import istask
+
+    if type(x) is not da.Array or not str(x.name).startswith(FRESH_PREFIX) or x.npartitions != 1:
+        return x
+    if not istask(x.dask[(x.name,) + (0,) * x.ndim]):
+        return x  # persisted: the block is data held by the graph or a worker
+    return FreshResult(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+
+
+def blockwise_reduction(
+    x: da.Array,
+    axes: tuple[int, ...],
+    *,
+    chunk: Callable[..., Any],
+    combine: Callable[..., Any],
+    aggregate: Callable[..., Any],
+    dtype: np.dtype[Any],
+    name: str,
+) -> da.Array:
+    """dask's own tree reduction of ``x`` over ``axes`` into numpy blocks, each block handed to
+    ``chunk`` as it is (not concatenated), so ``chunk`` and ``combine`` may return any fields.
+
+    dask names each layer by a token of ``name``, the functions and their arguments.
+    """
+    array: da.Array = da.reduction(
+        x,
+        chunk,
+        aggregate,
+        combine=combine,
+        axis=axes,
+        keepdims=False,
+        dtype=dtype,
+        concatenate=False,
+        meta=np.empty((0,) * (x.ndim - len(axes)), dtype=dtype),
+        name=name,
+    )
+    return array
