@@ -32,7 +32,7 @@ from dask.highlevelgraph import Layer as DaskLayer
 
 from sporadik_dask.format.spec import MAXIMA, LayoutGeometry
 from sporadik_dask.planning.plan import LayoutPlan, WritePlan
-from sporadik_dask.reduce.graph import block_offsets, fan_in
+from sporadik_dask.reduce.graph import Call, Key, Layer, block_offsets, fan_in
 from sporadik_dask.write import tasks
 from sporadik_dask.write.spill import SpillTo, directory_for, shared_directory_for
 
@@ -50,11 +50,6 @@ __all__ = [
     "pieces_of_layout",
     "write_graph",
 ]
-
-Key = Any
-Layer = dict[Key, Any]
-#: A task before its inputs: a function and its leading arguments.
-Call = tuple[Any, ...]
 
 #: How many count arrays one task adds together in the count pass.
 COUNT_FAN_IN = 8
