@@ -5,7 +5,7 @@ sparse reads through dask and xarray.
 
 Public names load on first use (PEP 562): xarray imports every installed backend's entry point on
 its first ``open_dataset`` of any file, and that import runs this module, so importing it must not
-pull in dask.array, zarr, sparse or numba. Importing it does register the ``.sporadik`` accessor,
+pull in dask, zarr, sparse or numba. Importing it does register the ``.sporadik`` accessor,
 so it exists in every process that holds a sporadik variable (a dask worker imports this package
 when it unpickles one).
 """
@@ -13,9 +13,9 @@ when it unpickles one).
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
-from sporadik_dask import config as _config  # registers the ``sporadik`` keys' defaults
 from sporadik_dask.backend import accessor as _accessor  # registers ``.sporadik``
 from sporadik_dask.format.errors import (
     AbsentChunkError,
@@ -106,4 +106,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-del _accessor, _config
+if "dask" in sys.modules:  # dask is loaded already: its config learns our keys' defaults now
+    importlib.import_module("sporadik_dask.config")  # (else the first open or write does)
+
+del _accessor, sys

@@ -24,6 +24,7 @@ import numpy as np
 import zarr
 from zarr.codecs.bytes import BytesCodec, Endian
 
+import sporadik_dask.config  # noqa: F401  (every open and write passes here: the keys' defaults)
 from sporadik_dask.format.errors import (
     FetchError,
     IncompleteError,
