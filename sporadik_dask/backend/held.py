@@ -30,7 +30,7 @@ import numpy as np
 
 from sporadik_dask.backend.ours import is_read_sparse, mark_read
 from sporadik_dask.format.spec import LayoutGeometry
-from sporadik_dask.kernels.kernels import rows_of_runs
+from sporadik_dask.kernels.runs import rows_of_runs
 from sporadik_dask.read.assembly import (
     LOOKUP_SLACK,
     assemble,

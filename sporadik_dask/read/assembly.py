@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.format.spec import LayoutGeometry
-from sporadik_dask.kernels.kernels import columns_of_runs, rows_of_runs, sort_by_key
+from sporadik_dask.kernels.runs import columns_of_runs, rows_of_runs
+from sporadik_dask.kernels.sort import sort_by_key
 from sporadik_dask.read.selection import (
     Axis,
     Positions,

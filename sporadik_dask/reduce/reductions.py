@@ -32,15 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.format.spec import check_indices
-from sporadik_dask.kernels.kernels import (
-    Regions,
-    add_runs,
-    deal_by_lead,
-    gather_leads,
-    group_runs,
-    sort_by_lead,
-    sum_runs,
-)
+from sporadik_dask.kernels.groups import add_runs, group_runs, sum_runs
+from sporadik_dask.kernels.regions import Regions, deal_by_lead, gather_leads
+from sporadik_dask.kernels.sort import sort_by_lead
 from sporadik_dask.planning.budgets import BATCH_VALUES, DENSE_PARTIALS_BYTES, SPARSE_BATCH_CELLS
 
 __all__ = [

@@ -179,7 +179,7 @@ def bucket_split(
     Integer coordinates are positions already, and are checked against the shape here, since a
     position past its axis would be counted where it does not exist.
     """
-    from sporadik_dask.kernels.kernels import sort_by_key
+    from sporadik_dask.kernels.sort import sort_by_key
 
     coords = []
     for axis, column in enumerate(columns):

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import zarr
@@ -25,7 +24,8 @@ from zarr.storage import StorePath
 
 from sporadik_dask.format.errors import FetchError, LayoutError, SporadikError
 from sporadik_dask.format.spec import check_indices, magnitudes, maxima_dtype
-from sporadik_dask.kernels.kernels import (
+from sporadik_dask.kernels.compiled import LACKS_DTYPE
+from sporadik_dask.kernels.sort import (
     check_runs,
     count_positions,
     deal_positions,
@@ -495,7 +495,7 @@ def sort_partition(
         if unsorted:
             indices, data = _sorted_within_runs(counts, extent, indices, data)
             unsorted, repeated = check_runs(counts, indices, data, maxima)
-    except (numba.core.errors.TypingError, NotImplementedError):  # a dtype numba lacks: float16
+    except LACKS_DTYPE:
         indices, data, repeated = _sorted_by_numpy(reader, parts, start, counts, extent, maxima)
     if repeated:
         raise LayoutError(

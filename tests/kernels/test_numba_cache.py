@@ -18,10 +18,10 @@ from sporadik_dask.kernels import numba_cache
 _CALL = """
 import json
 import numpy as np
-from sporadik_dask.kernels import kernels
+from sporadik_dask.kernels import sort
 counts = np.array([2, 1, 1])
-kernels.sort_by_key(np.array([2, 0, 1, 0]), counts, np.arange(4)[None, :], np.arange(4.0))
-stats = kernels._scatter.stats
+sort.sort_by_key(np.array([2, 0, 1, 0]), counts, np.arange(4)[None, :], np.arange(4.0))
+stats = sort._scatter.stats
 hits, misses = sum(stats.cache_hits.values()), sum(stats.cache_misses.values())
 print(json.dumps({"hits": hits, "misses": misses}))
 """
@@ -54,16 +54,16 @@ def test_a_new_process_loads_the_kernels_its_predecessor_compiled(tmp_path: Path
     first = _fresh_call(cache)
     written = sorted(p.name for p in cache.rglob("*") if p.is_file())
     assert first["misses"] >= 1 and first["hits"] == 0
-    assert any(name.startswith("kernels._scatter") and name.endswith(".nbi") for name in written)
+    assert any(name.startswith("sort._scatter") and name.endswith(".nbi") for name in written)
     again = _fresh_call(cache)
     assert again["hits"] >= 1 and again["misses"] == 0
 
 
 def test_kernels_are_not_cached_beside_the_sources(tmp_path: Path) -> None:
     sources = Path(numba_cache.__file__).parent / "__pycache__"
-    before = set(sources.glob("kernels._scatter*.nbi")) if sources.exists() else set()
+    before = set(sources.glob("sort._scatter*.nbi")) if sources.exists() else set()
     _fresh_call(tmp_path / "elsewhere")
-    after = set(sources.glob("kernels._scatter*.nbi")) if sources.exists() else set()
+    after = set(sources.glob("sort._scatter*.nbi")) if sources.exists() else set()
     assert after == before
 
 

@@ -17,7 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from sporadik_dask.kernels import kernels
+from sporadik_dask.kernels.groups import group_runs, sum_runs
+from sporadik_dask.kernels.regions import Regions
+from sporadik_dask.kernels.runs import columns_of_runs, rows_of_runs
+from sporadik_dask.kernels.sort import sort_by_key
 from sporadik_dask.write import spill, tasks
 from tests.helpers import random_dense
 
@@ -220,9 +223,7 @@ def test_the_counting_sort_is_what_a_stable_argsort_gives(dtype: str) -> None:
     keys = rng.integers(0, 17, 500)
     rows = rng.integers(0, 1000, size=(2, 500))
     data = rng.integers(0, 100, 500).astype(dtype)
-    sorted_rows, sorted_data = kernels.sort_by_key(
-        keys, np.bincount(keys, minlength=17), rows, data
-    )
+    sorted_rows, sorted_data = sort_by_key(keys, np.bincount(keys, minlength=17), rows, data)
     order = np.argsort(keys, kind="stable")
     np.testing.assert_array_equal(sorted_rows, rows[:, order])
     np.testing.assert_array_equal(sorted_data, data[order])
@@ -281,7 +282,7 @@ def test_rows_of_runs_is_what_indexing_the_dense_matrix_gives(
     else:
         asked, starts, lengths = _runs_asked(rng, np.diff(csr.indptr), rows)
         picked, slots = _selected(rng, cols, order)
-    got = kernels.rows_of_runs(
+    got = rows_of_runs(
         starts, lengths, csr.indices.astype(stored), csr.data, slots, reverse=order != "ascending"
     )
     assert got is not None
@@ -295,11 +296,11 @@ def test_rows_of_runs_is_what_indexing_the_dense_matrix_gives(
 def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> None:
     one = np.array([0]), np.array([2])
     slots = np.arange(3)
-    assert kernels.rows_of_runs(*one, np.array([2, 1]), np.ones(2), slots, reverse=False) is None
+    assert rows_of_runs(*one, np.array([2, 1]), np.ones(2), slots, reverse=False) is None
     half = np.ones(2, dtype=np.float16)
-    assert kernels.rows_of_runs(*one, np.array([1, 2]), half, slots, reverse=False) is None
+    assert rows_of_runs(*one, np.array([1, 2]), half, slots, reverse=False) is None
     values = np.array([1.0, 2.0])
-    assert kernels.rows_of_runs(*one, np.array([2, 1]), values, slots, reverse=True) is None
+    assert rows_of_runs(*one, np.array([2, 1]), values, slots, reverse=True) is None
     np.testing.assert_array_equal(values, [1.0, 2.0])  # declined before touching them
 
 
@@ -324,7 +325,7 @@ def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
             indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
     asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
     picked, slots = _selected(rng, rows, order)
-    got = kernels.columns_of_runs(starts, lengths, indices, data, slots, picked.size)
+    got = columns_of_runs(starts, lengths, indices, data, slots, picked.size)
     assert got is not None
     coords, expected = _coo_of(csc.toarray()[np.ix_(picked, asked)])
     np.testing.assert_array_equal(got[0], coords)
@@ -345,7 +346,7 @@ def test_summing_runs_through_a_lookup_is_what_numpy_gives_for_the_looked_up_key
     keys = rng.integers(0, positions, int(lengths.sum()))
     values = rng.integers(1, 9, keys.size).astype(np.float64)
     buffers = np.zeros(groups * trail), np.zeros(groups * trail, bool)
-    got = kernels.sum_runs(
+    got = sum_runs(
         lengths, keys, values, buffers, lookup=lookup, first=2, extent=extent + 2, trail=trail
     )
     assert got is not None
@@ -385,7 +386,7 @@ def test_cells_laid_into_regions_batch_by_batch_come_out_as_numpy_sorts_them(
     cells = np.sort(rng.choice(leads * span, size=rng.integers(0, leads * span + 1), replace=False))
     data = rng.integers(-9, 9, cells.size).astype(np.float32)
     bound = np.bincount(cells // span, minlength=leads) + rng.integers(0, slack + 1, leads)
-    regions = kernels.Regions(out, span, np.minimum(bound, span), np.float32)
+    regions = Regions(out, span, np.minimum(bound, span), np.float32)
     # batches cut along the later axes (C order within each lead), each sorted by lead
     cuts = np.sort(rng.integers(0, span + 1, batches - 1))
     within = cells % span
@@ -398,7 +399,7 @@ def test_cells_laid_into_regions_batch_by_batch_come_out_as_numpy_sorts_them(
 
 
 def test_a_region_given_more_cells_than_its_bound_is_refused() -> None:
-    regions = kernels.Regions((2, 3), 3, np.array([1, 3]), np.float64)
+    regions = Regions((2, 3), 3, np.array([1, 3]), np.float64)
     regions.place(np.array([0, 3]), np.ones(2))
     with pytest.raises(sd.LayoutError, match="bound of 1"):
         regions.place(np.array([1]), np.ones(1))
@@ -413,14 +414,14 @@ def test_cells_placed_by_lead_code_come_out_as_numpy_sorts_them_and_a_full_lead_
     leads, offsets = np.divmod(cells, 9)
     data = np.arange(cells.size, dtype=np.float64)
     bound = np.bincount(leads, minlength=5) + 1
-    regions = kernels.Regions(shape, 9, bound, np.float64)
+    regions = Regions(shape, 9, bound, np.float64)
     order = np.lexsort((np.arange(cells.size), offsets))  # by offset: leads interleaved
     regions.place_cells(leads[order].astype(np.int32), offsets[order].astype(np.int32), data[order])
     coords, values = regions.result()
     assert coords.dtype == np.int32  # every axis fits
     np.testing.assert_array_equal(coords, np.stack([leads, offsets]))
     np.testing.assert_array_equal(values, data)
-    full = kernels.Regions(shape, 9, np.array([1, 0, 0, 0, 0]), np.float64)
+    full = Regions(shape, 9, np.array([1, 0, 0, 0, 0]), np.float64)
     with pytest.raises(sd.LayoutError, match="bound of 0"):
         full.place_cells(np.array([0, 1], np.int32), np.array([0, 0], np.int32), np.ones(2))
 
@@ -428,7 +429,7 @@ def test_cells_placed_by_lead_code_come_out_as_numpy_sorts_them_and_a_full_lead_
 def test_grouping_runs_refuses_an_index_past_its_axis_and_leaves_its_buffers_clean() -> None:
     codes = np.array([0, 1, -1], np.int32)
     buffers = np.zeros(2), np.zeros(2, bool)
-    found = kernels.group_runs(
+    found = group_runs(
         np.array([2, 1]), np.array([0, 2, 1], np.int32), codes, np.array([1.0, 2.0, 3.0]),
         buffers, first=4, skipna=True, dtype=np.float32,
     )  # fmt: skip
@@ -439,7 +440,7 @@ def test_grouping_runs_refuses_an_index_past_its_axis_and_leaves_its_buffers_cle
     np.testing.assert_array_equal(sums, np.array([1.0, 3.0], np.float32))
     assert sums.dtype == np.float32
     with pytest.raises(sd.LayoutError, match="stored index 3 lies past its axis of 3"):
-        kernels.group_runs(
+        group_runs(
             np.array([2]), np.array([0, 3], np.int32), codes, np.ones(2), buffers,
             first=0, skipna=True, dtype=np.float64,
         )  # fmt: skip

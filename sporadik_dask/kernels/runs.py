@@ -1,0 +1,141 @@
+"""Runs of a layout straight to a rank-2 result, in the order the selection asked.
+
+The fetch gives each selected position's run (a start and a length in ``indices``/``data``);
+these kernels lay the runs down as the result's rows or columns in one pass, without the sort a
+generic COO constructor would do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sporadik_dask.kernels.compiled import LACKS_DTYPE, kernel
+
+__all__ = ["columns_of_runs", "rows_of_runs"]
+
+
+@kernel
+def _rows_of_runs(
+    starts: Any, lengths: Any, indices: Any, data: Any, slots: Any, reverse: bool
+) -> Any:
+    kept = np.zeros(len(starts), dtype=np.int64)
+    every = True  # every value kept, the runs in order, each once: values permuted in place
+    read = 0
+    for run in range(len(starts)):
+        last = -1
+        for i in range(starts[run], starts[run] + lengths[run]):
+            key = indices[i]
+            if key <= last:  # a run not strictly ascending: the caller sorts it the long way
+                return np.empty((2, 0), dtype=np.int64), data[:0], False
+            last = key
+            if slots[key] >= 0:
+                kept[run] += 1
+        every = every and kept[run] == lengths[run] and starts[run] == read
+        read += lengths[run]
+    total = kept.sum()
+    coords = np.empty((2, total), dtype=np.int64)
+    if every and total == len(data):
+        for run in range(len(starts)):
+            start, stop = starts[run], starts[run] + lengths[run]
+            coords[0, start:stop] = run
+            for i in range(start, stop):
+                coords[1, i] = slots[indices[stop - 1 - (i - start) if reverse else i]]
+            if reverse:
+                for i in range(lengths[run] // 2):
+                    data[start + i], data[stop - 1 - i] = data[stop - 1 - i], data[start + i]
+        return coords, data, True
+    out = np.empty(total, dtype=data.dtype)
+    first = 0
+    for run in range(len(starts)):
+        j, step = (first + kept[run] - 1, -1) if reverse else (first, 1)
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                coords[0, j] = run
+                coords[1, j] = slot
+                out[j] = data[i]
+                j += step
+        first += kept[run]
+    return coords, out, True
+
+
+def rows_of_runs(
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    indices: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    slots: npt.NDArray[np.int64],
+    *,
+    reverse: bool,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """Runs of a rank-2 layout read along: coordinates ``(run, slot)`` and values in C order.
+
+    Output row ``r`` is the run of ``lengths[r]`` values at ``starts[r]`` of ``indices`` and
+    ``data``; a value at index ``k`` goes to column ``slots[k]`` (-1: left out). ``slots``
+    increase with ``k`` (``reverse``: decrease), so a run ascending by index is ascending by
+    column read forwards (backwards). Two passes, each value read twice and written once into
+    outputs of their final size: no coordinate row is built, gathered or sorted on the way.
+    When every value of ``data`` is kept, runs in order, the values are ``data`` itself,
+    reversed run by run in place if need be: ``data`` is the caller's to give.
+    None when a run is not strictly ascending or a dtype numba cannot hold (``data`` untouched):
+    the caller then sorts the general way.
+    """
+    try:
+        coords, out, ordered = _rows_of_runs(starts, lengths, indices, data, slots, reverse)
+    except LACKS_DTYPE:
+        return None
+    return (coords, out) if ordered else None
+
+
+@kernel
+def _columns_of_runs(
+    starts: Any, lengths: Any, indices: Any, data: Any, slots: Any, extent: int
+) -> Any:
+    offsets = np.zeros(extent + 1, dtype=np.int64)
+    for run in range(len(starts)):
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                offsets[slot + 1] += 1
+    for row in range(extent):
+        offsets[row + 1] += offsets[row]
+    coords = np.empty((2, offsets[extent]), dtype=np.int64)
+    out = np.empty(offsets[extent], dtype=data.dtype)
+    for row in range(extent):  # the row of every value, laid down in order
+        coords[0, offsets[row] : offsets[row + 1]] = row
+    for run in range(len(starts)):
+        for i in range(starts[run], starts[run] + lengths[run]):
+            slot = slots[indices[i]]
+            if slot >= 0:
+                j = offsets[slot]
+                coords[1, j] = run
+                out[j] = data[i]
+                offsets[slot] = j + 1
+    return coords, out
+
+
+def columns_of_runs(
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    indices: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    slots: npt.NDArray[np.int64],
+    extent: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """Runs of a rank-2 layout read across: coordinates ``(slot, run)`` and values in C order.
+
+    Output column ``c`` is the run of ``lengths[c]`` values at ``starts[c]`` of ``indices`` and
+    ``data``; a value at index ``k`` goes to row ``slots[k]`` in ``[0, extent)`` (-1: left out).
+    A counting sort by row: the runs are taken in column order, so each row's values arrive by
+    column whatever the order within a run; only the column and the value are written at random
+    places, the row laid down in order afterwards. None when a dtype numba cannot hold.
+    """
+    try:
+        result: tuple[npt.NDArray[np.int64], npt.NDArray[Any]]
+        result = _columns_of_runs(starts, lengths, indices, data, slots, extent)
+        return result
+    except LACKS_DTYPE:
+        return None
