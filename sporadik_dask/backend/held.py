@@ -256,7 +256,7 @@ def _kept_runs(array: Any, keep: Any, rows: Any) -> tuple[Any, Any, Any]:
 
 def _rank2_direct(array: Any, selection: Selection) -> Any:
     """A rank-2 selection taken from the array's own rows by one kernel, as a read's runs are
-    (:func:`~sporadik_dask.kernels.kernels.rows_of_runs`): nothing gathered first, the result
+    (:func:`~sporadik_dask.kernels.runs.rows_of_runs`): nothing gathered first, the result
     written once at its final size (on a machine where fresh pages are dear, a mask of 84 % of 40.6
     M values spent 4 of its 5 s gathering the kept rows first). None for what the kernel does not
     take (a dropped axis, columns asked for twice or out of order), left to :func:`assemble`.

@@ -966,7 +966,7 @@ def _lead_bound(
 def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     """A sparse sum or mean over a whole store whose layout's indexed axis is kept ungrouped, as
     a ``sparse.COO``: each batch's cells are finished (no other batch reaches them) and laid
-    straight into the result's regions (:class:`~sporadik_dask.kernels.kernels.Regions`) on a second
+    straight into the result's regions (:class:`~sporadik_dask.kernels.regions.Regions`) on a second
     thread while the next batch is added up, so memory is the result's bound plus two batches,
     however many batches. None when no bound is known or numba lacks the result's dtype
     (float16): the caller merges batches instead."""
@@ -1138,7 +1138,7 @@ def span_cells(
 def place_spans(shape: tuple[int, ...], cells: int, *spans: SpanCells) -> Any:
     """Every span's cells, in span order, as one ``sparse.COO`` of ``shape`` whose leads hold
     ``cells`` cells each: spans cover consecutive positions, so each lead's cells in span order
-    are in C order, and :func:`~sporadik_dask.kernels.kernels.gather_leads` writes them lead by
+    are in C order, and :func:`~sporadik_dask.kernels.regions.gather_leads` writes them lead by
     lead. No sort, and no copy of a span. Memory: the spans' cells and the result, once each."""
     import sparse
 
