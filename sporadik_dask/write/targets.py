@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,16 @@ __all__ = ["WRITING_KEY", "Target", "check_target", "same_or_inside"]
 #: Root attribute naming the write that laid the store out, until its block replaces it
 #: (:mod:`sporadik_dask.write.skeleton`).
 WRITING_KEY = "sporadik-dask-writing"
+
+#: Every name a write of ours puts under its location's ``layouts/`` and ``coords/``: a tree
+#: holding these and nothing else, and no root document, is what a write's tasks leave when
+#: they land after the store was discarded (a cluster's running tasks outlive an interrupt).
+_OUR_KEYS = re.compile(
+    r"(layouts|coords)/zarr\.json"
+    r"|layouts/axis\d+/zarr\.json"
+    r"|layouts/axis\d+/(data|indices|indptr|maxima)/(zarr\.json|c(/\d+)+)"
+    r"|coords/[^/]+/(zarr\.json|c(/\d+)+)"
+)
 
 #: Entries named in a refusal, so a user recognises the directory without a listing of thousands.
 NAMED_ENTRIES = 3
@@ -100,12 +111,27 @@ async def _look_async(
         return Target(location, (), False)
     document = await root_document(where)
     attributes = (document or {}).get("attributes")
+    ours = _is_sporadik(document, set(entries))
+    if document is None and set(entries) <= {LAYOUTS_GROUP, COORDS_GROUP}:
+        ours = await _only_our_names(where)
     return Target(
-        location,
-        tuple(entries),
-        _is_sporadik(document, set(entries)),
-        attributes if isinstance(attributes, dict) else {},
+        location, tuple(entries), ours, attributes if isinstance(attributes, dict) else {}
     )
+
+
+async def _only_our_names(where: StorePath) -> bool:
+    """Whether every key under ``where`` is one a write of ours makes (no root document).
+
+    A write interrupted on a cluster discards its store, but tasks already running write their
+    chunks afterwards: the location then holds chunks of ours and nothing else, and would be
+    refused for ever as foreign. Every key is listed, so one file of anyone else's keeps the
+    whole location refused.
+    """
+    prefix = f"{where.path}/" if where.path else ""
+    async for key in where.store.list_prefix(prefix):
+        if not _OUR_KEYS.fullmatch(key[len(prefix) :]):
+            return False
+    return True
 
 
 def _named(entries: Sequence[str]) -> str:

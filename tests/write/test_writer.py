@@ -280,6 +280,33 @@ def test_a_torn_store_is_refused_without_overwrite_and_replaced_with_it(tmp_path
     assert sd.to_sporadik(np.eye(6), path, overwrite=True).shape == (6, 6)
 
 
+@pytest.mark.parametrize("stray", [None, "layouts/notes.txt", "layouts/axis0/data/c/x"])
+def test_chunks_landing_after_a_discard_are_replaceable_and_nothing_else_is(
+    tmp_path: Path, stray: str | None
+) -> None:
+    """A cluster's running tasks write their chunks after an interrupted write discarded its
+    store: the location holds our chunks and no document. Replaceable with overwrite=True, as
+    any torn store of ours; one file of anyone else's keeps it refused."""
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(random_dense(np.random.default_rng(3), (40, 30), 0.3), path, chunk=16)
+    for document in path.rglob("zarr.json"):
+        document.unlink()
+    if stray is not None:
+        (path / stray).parent.mkdir(parents=True, exist_ok=True)
+        (path / stray).write_text("x")
+    with pytest.raises(sd.StoreExistsError):
+        sd.to_sporadik(np.eye(6), path)
+    if stray is not None:
+        with pytest.raises(sd.StoreExistsError, match="never replaced, even with overwrite=True"):
+            sd.to_sporadik(np.eye(6), path, overwrite=True)
+        assert (path / stray).read_text() == "x"
+        return
+    with pytest.raises(sd.StoreExistsError, match="unfinished sporadik store"):
+        sd.to_sporadik(np.eye(6), path)
+    assert sd.to_sporadik(np.eye(6), path, overwrite=True).shape == (6, 6)
+    np.testing.assert_array_equal(read_back(path), np.eye(6))
+
+
 @pytest.mark.parametrize("opened", ["from_sporadik", "open_dataset", "open_dataset chunks={}"])
 def test_the_store_being_read_is_never_the_target(tmp_path: Path, opened: str) -> None:
     path = tmp_path / "s.zarr"
