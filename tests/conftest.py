@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
     from sporadik_dask.testing import LoopbackS3, S3Proxy
-    from tests.helpers import S3Bucket
+    from tests.helpers import S3Bucket, StoreKind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +70,26 @@ def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
 
     with LoopbackS3() as server, S3Proxy(server) as proxy:
         yield server, proxy
+
+
+@pytest.fixture(params=["local", "memory", "s3", "sharded"])
+def store_kind(request: pytest.FixtureRequest, tmp_path: Path) -> StoreKind:
+    """Where a store goes, as zarr-python's tests parametrize theirs: a local directory, a zarr
+    ``MemoryStore``, a bucket on the S3 server, and a local directory written sharded. Each is a
+    :class:`tests.helpers.StoreKind`: the store (a path, a store object or a URL), the
+    ``storage_options`` that reach it, and what a write to it passes besides."""
+    import uuid
+
+    from zarr.storage import MemoryStore
+
+    from tests.helpers import StoreKind
+
+    kind: str = request.param
+    chunked = {"chunk": 64, "shard": 256} if kind == "sharded" else {"chunk": 64}
+    if kind == "memory":
+        return StoreKind(kind, MemoryStore(), None, chunked)
+    if kind == "s3":
+        bucket: S3Bucket = request.getfixturevalue("s3")
+        url = f"s3://{bucket['bucket']}/{uuid.uuid4().hex}/counts.zarr"
+        return StoreKind(kind, url, bucket["storage_options"], chunked)
+    return StoreKind(kind, tmp_path / "counts.zarr", None, chunked)

@@ -8,7 +8,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,21 @@ from zarr.storage import MemoryStore, StoreLike, WrapperStore
 
 from sporadik_dask.store.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 from sporadik_dask.testing import LoopbackS3, S3Proxy
+
+
+class StoreKind(NamedTuple):
+    """What the ``store_kind`` fixture gives: where a store goes, how to reach it, and what a
+    write there passes besides (``chunk``/``shard`` for the sharded kind)."""
+
+    name: str
+    store: Any
+    storage_options: dict[str, Any] | None
+    write_options: dict[str, Any]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """``storage_options=`` for every call, when the kind needs them."""
+        return {} if self.storage_options is None else {"storage_options": self.storage_options}
 
 
 class S3Bucket(TypedDict):

@@ -28,20 +28,6 @@ def _url(s3: S3Bucket) -> str:
     return f"s3://{s3['bucket']}/{uuid.uuid4().hex}/counts.zarr"
 
 
-def test_a_store_written_to_s3_reads_back_through_every_reader(s3: S3Bucket) -> None:
-    dense = random_dense(np.random.default_rng(0), (90, 60), 0.2)
-    url, options = _url(s3), s3["storage_options"]
-    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(30, 30), asarray=False)
-    description = sd.to_sporadik(x, url, storage_options=options, chunk=64)
-    assert description.indexed_axes == (0, 1)
-    assert sd.describe(url, storage_options=options).nnz == np.count_nonzero(dense)
-    sd.validate(url, storage_options=options)
-    ds = xr.open_dataset(url, engine="sporadik", storage_options=options)
-    np.testing.assert_array_equal(ds["counts"].isel(dim_1=[4, 1]).data.todense(), dense[:, [4, 1]])
-    y = sd.from_sporadik(url, storage_options=options, axis=1)
-    np.testing.assert_array_equal(y.compute().todense(), dense)
-
-
 def test_a_torn_upload_in_s3_is_refused(s3: S3Bucket) -> None:
     url, options = _url(s3), s3["storage_options"]
     write = sd.to_sporadik(
