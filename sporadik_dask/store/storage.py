@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
+import re
 from typing import Any, Literal
 
 import zarr
@@ -21,10 +23,14 @@ from sporadik_dask.store.zarr_adapter import AsyncGroup, run
 
 __all__ = [
     "StoreLike",
+    "bucket_of",
     "location_of",
+    "missing_bucket",
     "open_group",
     "open_group_async",
+    "option_typo",
     "read_options",
+    "refuse_dot_segments",
     "root_document",
     "run",
 ]
@@ -56,6 +62,64 @@ def read_options(store: StoreLike, storage_options: dict[str, Any] | None) -> di
     return {"max_concurrency": 1, **(storage_options or {})}
 
 
+def refuse_dot_segments(store: StoreLike) -> None:
+    """Refuse a URL with a ``.`` or ``..`` path segment (``s3://b/a/../x.zarr``).
+
+    An object store has no directories: fsspec keeps such a key as it is, so a write would land
+    under a prefix that holds ``..`` literally, where a reader given the tidy URL never looks.
+    """
+    if not isinstance(store, str) or "://" not in store:
+        return
+    scheme, _, path = store.partition("://")
+    segments = path.split("/")
+    if "." in segments or ".." in segments:
+        tidy = f"{scheme}://{posixpath.normpath(path).lstrip('/')}"
+        raise SporadikError(
+            f"The URL {store} has a '.' or '..' segment: an object store has no directories, so "
+            "it would name a key holding the dots as they are, not the location it seems to, "
+            f"and readers of the tidy URL would not find it. Pass {tidy} if that is the one meant."
+        )
+
+
+#: The message of a filesystem that was given a keyword it does not take (a typo in options).
+_UNKNOWN_OPTION = re.compile(r"unexpected keyword argument '([^']+)'")
+
+
+def bucket_of(store: StoreLike) -> str | None:
+    """The bucket (or container) of a URL, for messages."""
+    if isinstance(store, str) and "://" in store:
+        return store.partition("://")[2].split("/", 1)[0] or None
+    return None
+
+
+async def missing_bucket(store: StoreLike, storage_options: dict[str, Any] | None) -> bool:
+    """Whether ``store`` is a URL whose bucket does not exist (one request, on a failure only)."""
+    bucket = bucket_of(store)
+    if bucket is None or not isinstance(store, str):
+        return False
+    try:
+        import fsspec
+
+        fs = fsspec.filesystem(store.partition("://")[0], **(storage_options or {}))
+        return not bool(fs.exists(bucket))
+    except Exception:  # the check only words the message; the original failure is raised
+        return False
+
+
+def option_typo(store: StoreLike, error: BaseException) -> SporadikError | None:
+    """The error to raise for a filesystem refusing one of ``storage_options``' keys, if it was
+    that: the store is then unreachable, not corrupt."""
+    found = _UNKNOWN_OPTION.search(str(error)) if isinstance(error, TypeError) else None
+    if found is None:
+        return None
+    return SporadikError(
+        f"storage_options for {location_of(store)} has the key {found.group(1)!r}, which the "
+        f"filesystem does not take ({error}): it was not reached at all. Check the key's "
+        "spelling against the filesystem's options (s3fs: anon, key, secret, endpoint_url, "
+        "client_kwargs, ...)."
+    )
+
+
 async def open_group_async(
     store: StoreLike,
     *,
@@ -65,6 +129,7 @@ async def open_group_async(
     """The root group at ``store``, refusing a location that holds nothing."""
     if isinstance(store, os.PathLike):
         store = os.fspath(store)
+    refuse_dot_segments(store)
     if mode == "r":
         storage_options = read_options(store, storage_options)
     try:
@@ -76,6 +141,12 @@ async def open_group_async(
             use_consolidated=False,
         )
     except (FileNotFoundError, GroupNotFoundError, KeyError) as missing:
+        if await missing_bucket(store, storage_options):
+            raise StoreNotFoundError(
+                f"No store at {location_of(store)}: its bucket {bucket_of(store)!r} does not "
+                "exist (or these credentials cannot see it). Check the bucket's name, and "
+                "endpoint_url in storage_options for a server other than AWS."
+            ) from missing
         raise StoreNotFoundError(
             f"No zarr v3 group at {location_of(store)}: a sparse store is a zarr v3 group whose "
             "attributes carry the block. Check the path or URL (and storage_options for a remote "
@@ -84,6 +155,9 @@ async def open_group_async(
     except (ValueError, TypeError, AttributeError) as unreadable:
         if isinstance(unreadable, SporadikError):
             raise
+        typo = option_typo(store, unreadable)
+        if typo is not None:
+            raise typo from unreadable
         raise SporadikError(
             f"The root document of {location_of(store)} cannot be read as a zarr v3 group "
             f"({type(unreadable).__name__}: {unreadable}); the store is corrupt or not zarr v3."

@@ -19,10 +19,19 @@ from typing import Any
 
 from zarr.storage import StorePath
 
-from sporadik_dask.format.errors import StoreExistsError
+from sporadik_dask.format.errors import StoreExistsError, StoreNotFoundError
 from sporadik_dask.format.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.store.labels import COORDS_GROUP, LABELS_KEY
-from sporadik_dask.store.storage import StoreLike, location_of, root_document, run
+from sporadik_dask.store.storage import (
+    StoreLike,
+    bucket_of,
+    location_of,
+    missing_bucket,
+    option_typo,
+    refuse_dot_segments,
+    root_document,
+    run,
+)
 from sporadik_dask.store.zarr_adapter import resolve_store_path
 
 __all__ = ["WRITING_KEY", "Target", "check_target", "same_or_inside"]
@@ -107,7 +116,15 @@ async def _look_async(
         entries = sorted({name.rstrip("/") async for name in where.store.list_dir(where.path)})
     except FileNotFoundError:  # a read-only local store refuses a root that does not exist
         return Target(location, (), False)
+    except TypeError as refused:
+        raise option_typo(store, refused) or refused from refused
     if not entries:
+        if await missing_bucket(store, storage_options):
+            raise StoreNotFoundError(
+                f"Cannot write {location}: its bucket {bucket_of(store)!r} does not exist (or "
+                "these credentials cannot see it), and a write does not make buckets. Create "
+                "it, or check its name and endpoint_url in storage_options."
+            )
         return Target(location, (), False)
     document = await root_document(where)
     attributes = (document or {}).get("attributes")
@@ -175,6 +192,7 @@ def check_target(
        ``overwrite=True``: the write would delete it, and it is not ours to delete.
     """
     location = location_of(store) if location is None else location
+    refuse_dot_segments(store)
     if isinstance(store, (str, os.PathLike)):
         for source in inputs:
             if same_or_inside(location, source) or same_or_inside(source, location):

@@ -177,3 +177,33 @@ def test_a_chunk_zarr_itself_decodes_also_raises_when_it_cannot_be_fetched(
         pytest.raises(sd.FetchError, match=r"chunk 1 of layouts/axis1/data"),
     ):
         sd.StoreReader(store).read((slice(None), slice(None)))
+
+
+def test_a_url_with_dot_segments_is_refused_before_anything_is_written(s3: S3Bucket) -> None:
+    options, bucket = s3["storage_options"], s3["bucket"]
+    url = f"s3://{bucket}/{uuid.uuid4().hex}/a/../counts.zarr"
+    with pytest.raises(ValueError, match=r"'\.\.' segment.*Pass s3://"):
+        sd.to_sporadik(np.eye(4), url, storage_options=options)
+    with pytest.raises(ValueError, match=r"'\.\.' segment"):
+        sd.describe(url, storage_options=options)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**options)
+    assert not fs.find(url.replace("s3://", "").split("/a/")[0])  # nothing written anywhere
+
+
+def test_an_option_typo_and_a_missing_bucket_are_named_not_called_corrupt(s3: S3Bucket) -> None:
+    options, bucket = s3["storage_options"], s3["bucket"]
+    url = f"s3://{bucket}/{uuid.uuid4().hex}/counts.zarr"
+    sd.to_sporadik(np.eye(4), url, storage_options=options)
+    typo = {**options, "anonn": True}
+    with pytest.raises(sd.SporadikError, match="the key 'anonn'") as refused:
+        sd.describe(url, storage_options=typo)
+    assert "corrupt" not in str(refused.value)
+    with pytest.raises(sd.SporadikError, match="the key 'anonn'"):
+        sd.to_sporadik(np.eye(4), url.replace("counts", "other"), storage_options=typo)
+    missing = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/counts.zarr"
+    with pytest.raises(sd.StoreNotFoundError, match=r"bucket 'no-such-bucket-.*' does not exist"):
+        sd.describe(missing, storage_options=options)
+    with pytest.raises(sd.StoreNotFoundError, match=r"does not exist.*does not make buckets"):
+        sd.to_sporadik(np.eye(4), missing, storage_options=options)
