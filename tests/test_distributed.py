@@ -4,6 +4,7 @@ chunks, the client commits the block."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dask
 import dask.array as da
@@ -205,3 +206,43 @@ def test_a_cluster_takes_an_in_memory_array_scattered_once_not_in_every_graph(
     assert held and all(isinstance(piece, Future) for piece in held)
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), matrix.toarray())
+
+
+def _slow_unless_last(
+    block: np.ndarray, flag: str, block_info: dict[int, Any] | None = None
+) -> np.ndarray:
+    """The input's blocks once ``flag`` exists (after the write was planned): the last fails at
+    once, the others take a while, so they are running when the failure arrives."""
+    import os
+    import time
+
+    if os.path.exists(flag):
+        assert block_info is not None
+        if block_info[0]["chunk-location"][0] == block_info[0]["num-chunks"][0] - 1:
+            raise RuntimeError("the input failed")
+        time.sleep(1.5)
+    return block
+
+
+def test_a_failed_cluster_write_leaves_no_task_of_its_own_running(
+    tmp_path: Path, client: Client
+) -> None:
+    """A cancelled future's task goes on running on its worker, and would write chunks into a
+    store discarded (or replaced) after the failure was reported: wait() returns only once no
+    worker runs a task of the write."""
+    from sporadik_dask.write.writer import _running
+
+    flag = tmp_path / "fail"
+    dense = random_dense(np.random.default_rng(5), (60, 40), 0.2)
+    x = da.from_array(dense, chunks=(10, 40)).map_blocks(
+        _slow_unless_last, str(flag), dtype=dense.dtype
+    )
+    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, axes=(0,))
+    assert isinstance(write, sd.StoreWrite)
+    flag.write_text("")
+    with pytest.raises(RuntimeError, match="the input failed"):
+        write.wait(client, write.futures(client))
+    names = frozenset(write.__dask_graph__().layers)
+    assert sum(client.run(_running, names).values()) == 0
+    assert write.discard()
+    assert not (tmp_path / "s.zarr").exists()

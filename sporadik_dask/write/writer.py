@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future
@@ -208,6 +209,7 @@ class StoreWrite(DaskMethodsMixin):
             # a closed client cannot cancel: the failure it would hide is the one to see
             with contextlib.suppress(Exception):
                 client.cancel(futures)
+                _settle_on_workers(client, self._graph)
             spill.remove(self._spill)  # parts of a write that will not finish
             raise
         self._done = True
@@ -236,6 +238,30 @@ class StoreWrite(DaskMethodsMixin):
 
     def __repr__(self) -> str:
         return f"StoreWrite({self._location!r}, {len(self._keys)} chunk writes, then the block)"
+
+
+#: Seconds between two asks of the workers whether a cancelled write's tasks still run.
+_SETTLE_POLL = 0.1
+
+
+def _running(names: frozenset[str], dask_worker: Any) -> int:
+    """How many tasks of the graph layers ``names`` the worker still runs, cancelled or not (run
+    on each worker). A task's key is its layer's name, alone or first in a tuple."""
+    keys = (task.key for task in dask_worker.state.all_running_tasks)
+    return sum((key[0] if isinstance(key, tuple) else key) in names for key in keys)
+
+
+def _settle_on_workers(client: Any, graph: Any) -> None:
+    """Wait until no worker runs a task of a cancelled write.
+
+    Cancelling a future stops a task that has not started, not one running: that one finishes,
+    writing its chunks. Had the caller then discarded the store (or a new write laid one out),
+    those chunks would land in it afterwards. Waiting here (a second Ctrl-C stops the wait) means
+    that whatever is reported or removed next stays so.
+    """
+    names = frozenset(graph.layers)  # the keys themselves are never made on the client
+    while sum(client.run(_running, names).values()):
+        time.sleep(_SETTLE_POLL)
 
 
 class _Tracked:
