@@ -495,11 +495,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         if not isinstance(error, _object_store_errors()):
             raise
-        print(
-            f"sporadik-dask: {_one_line(error)} (reaching the object store: set its credentials, "
-            "or give them, an endpoint or anon with --storage-options)",
-            file=sys.stderr,
-        )
+        print(f"sporadik-dask: {_one_line(error)} ({_object_store_advice(error)})", file=sys.stderr)
         return 2
     return int(status)
 
@@ -530,6 +526,24 @@ def _object_store_errors() -> tuple[type[BaseException], ...]:
     if botocore is None:
         return ()
     return (botocore.BotoCoreError, botocore.ClientError)
+
+
+def _object_store_advice(error: BaseException) -> str:
+    """What to do about an object-store client's error: a server not reached is an outage or a
+    wrong endpoint, never a credential to set."""
+    botocore = sys.modules.get("botocore.exceptions")
+    unreachable = () if botocore is None else (
+        botocore.EndpointConnectionError, botocore.ConnectTimeoutError, botocore.ReadTimeoutError
+    )  # fmt: skip
+    if isinstance(error, unreachable):
+        return (
+            "the object store did not answer: it is down or unreachable from here, or the "
+            "endpoint_url in --storage-options is wrong; try again when it answers"
+        )
+    return (
+        "reaching the object store: set its credentials, or give them, an endpoint or anon with "
+        "--storage-options"
+    )
 
 
 def _one_line(error: BaseException) -> str:

@@ -597,3 +597,23 @@ def test_an_interrupt_after_a_commit_reports_what_was_committed(
 
     assert _run(argparse.Namespace(run=write_new)) == 130
     assert "interrupted; nothing was committed" in capsys.readouterr().err
+
+
+def test_an_object_store_that_does_not_answer_is_called_down_not_a_credential_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    options = {
+        "key": "k",
+        "secret": "s",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+        "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+    }
+    assert main(["info", "s3://bucket/x.zarr", "--storage-options", json.dumps(options)]) == 2
+    err = capsys.readouterr().err
+    assert "did not answer" in err and "credentials" not in err
+    assert len(err.strip().splitlines()) == 1
