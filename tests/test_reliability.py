@@ -220,19 +220,19 @@ def test_writes_without_the_commit_leave_a_store_that_refuses_to_open(tmp_path: 
 def test_a_lay_out_run_again_puts_back_documents_its_first_run_never_wrote(
     tmp_path: Path,
 ) -> None:
-    """A lay-out retried (its worker lost midway) finds its own mark on the root: it keeps the
+    """A skeleton retried (its worker lost midway) finds its own mark on the root: it keeps the
     chunks written since and writes every document again, so none is left missing."""
     dense, x = _input(5)
     path = tmp_path / "s.zarr"
     write = sd.to_sporadik(x, path, compute=False, chunk=64)
     assert isinstance(write, sd.StoreWrite)
     graph = write.__dask_graph__()
-    (lay_out,) = [key for key in graph if str(key).startswith("sporadik-lay-out-")]
-    dask.get(graph, lay_out)
+    (write_skeleton,) = [key for key in graph if str(key).startswith("sporadik-skeleton-")]
+    dask.get(graph, write_skeleton)
     (path / "layouts" / "axis1" / "indices" / "zarr.json").unlink()  # cut off among them
     (path / "layouts" / "axis0" / "data" / "c").mkdir(parents=True)
     (path / "layouts" / "axis0" / "data" / "c" / "0").write_bytes(b"a chunk written since")
-    dask.get(graph, lay_out)
+    dask.get(graph, write_skeleton)
     assert (path / "layouts" / "axis1" / "indices" / "zarr.json").exists()
     assert (
         path / "layouts" / "axis0" / "data" / "c" / "0"
@@ -253,10 +253,10 @@ def test_tasks_of_a_write_replaced_meanwhile_write_nothing_into_the_new_store(
     stale = sd.to_sporadik(x, path, compute=False, chunk=64)
     assert isinstance(stale, sd.StoreWrite)
     graph = dict(stale.__dask_graph__())
-    (lay_out,) = [key for key in graph if str(key).startswith("sporadik-lay-out-")]
-    token = dask.get(graph, lay_out)
+    (write_skeleton,) = [key for key in graph if str(key).startswith("sporadik-skeleton-")]
+    token = dask.get(graph, write_skeleton)
     sd.to_sporadik(2 * x, path, chunk=64, overwrite=True)  # same documents, another write
-    graph[lay_out] = token  # laid out already: its tasks run on as a cancelled write's do
+    graph[write_skeleton] = token  # laid out already: its tasks run on as a cancelled write's do
     with pytest.raises(sd.SporadikError, match="no longer owns the store"):
         dask.get(graph, stale.__dask_keys__())
     for axis in (0, 1):
@@ -278,7 +278,7 @@ def test_tasks_of_an_add_axis_whose_store_was_replaced_write_nothing_into_the_ne
     stale = sd.add_axis(path, 1, chunk=64, compute=False)
     assert isinstance(stale, sd.StoreWrite)
     sd.to_sporadik(2 * x, path, chunk=64, overwrite=True)
-    # refused by the lay-out task (the block changed since the plan), or by each chunk task
+    # refused by the skeleton task (the block changed since the plan), or by each chunk task
     with pytest.raises(sd.SporadikError, match=r"no longer owns the store|changed since"):
         dask.get(dict(stale.__dask_graph__()), stale.__dask_keys__())
     np.testing.assert_array_equal(sd.from_sporadik(path, axis=1).compute().todense(), 2 * dense)

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
 __all__ = [
-    "Beneath",
     "BoundedLazyArray",
     "SporadikBackendArray",
+    "Underlying",
     "backend_under",
     "is_read_sparse",
     "mark_read",
@@ -160,7 +160,7 @@ def outer_of(
 
 
 @dataclass(frozen=True, slots=True)
-class Beneath:
+class Underlying:
     """What lies under a lazily opened variable's wrappers."""
 
     #: The sporadik backend array, or None (another array, or values xarray holds in memory).
@@ -171,17 +171,17 @@ class Beneath:
     axes: tuple[int, ...]
 
 
-def backend_under(data: Any) -> Beneath:
+def backend_under(data: Any) -> Underlying:
     """The sporadik backend array beneath xarray's lazy wrappers, whether they select the whole
     of it, and in which order they put its axes."""
     whole, axes = True, tuple(range(getattr(data, "ndim", 0)))
     while data is not None:
         if isinstance(data, SporadikBackendArray):
-            return Beneath(data, whole, axes)
+            return Underlying(data, whole, axes)
         if isinstance(data, indexing.LazilyVectorizedIndexedArray):
             outer = outer_of(data.key, data.array.ndim)
             if outer is None:
-                return Beneath(None, False, axes)
+                return Underlying(None, False, axes)
             positions, axes = outer
             whole = whole and all(
                 np.array_equal(p, np.arange(n))
@@ -192,4 +192,4 @@ def backend_under(data: Any) -> Beneath:
         ):
             whole = False
         data = getattr(data, "array", None)
-    return Beneath(None, False, axes)
+    return Underlying(None, False, axes)

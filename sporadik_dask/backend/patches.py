@@ -124,15 +124,17 @@ PATCHES: tuple[Patch, ...] = (
         "_flox_reduce",
         _grouped("dataset_grouped_pushing_down", by_name=True),
     ),
-    Patch("xarray.core.duck_array_ops", "", "einsum", _pushdown("products.contracting")),
+    Patch("xarray.core.duck_array_ops", "", "einsum", _pushdown("dot.contracting")),
     Patch(_INDEXING, "DaskIndexingAdapter", "_oindex_get", _pushdown("dask_selection.rereading")),
     Patch(_INDEXING, "DaskIndexingAdapter", "__getitem__", _pushdown("dask_selection.rereading")),
     Patch(
         _INDEXING, "DaskIndexingAdapter", "_vindex_get", _pushdown("dask_selection.reading_points")
     ),
-    Patch(_INDEXING, "ArrayApiIndexingAdapter", "_oindex_get", _pushdown("held.selecting")),
-    Patch(_INDEXING, "ArrayApiIndexingAdapter", "_vindex_get", _pushdown("held.selecting_points")),
-    Patch(_INDEXING, "ArrayApiIndexingAdapter", "__getitem__", _pushdown("held.slicing")),
+    Patch(_INDEXING, "ArrayApiIndexingAdapter", "_oindex_get", _pushdown("loaded.selecting")),
+    Patch(
+        _INDEXING, "ArrayApiIndexingAdapter", "_vindex_get", _pushdown("loaded.selecting_points")
+    ),
+    Patch(_INDEXING, "ArrayApiIndexingAdapter", "__getitem__", _pushdown("loaded.slicing")),
     Patch(_VARIABLE, "Variable", "concat", _pushdown("concatenation.reading_first")),
     Patch(_VARIABLE, "Variable", "_getitem_with_mask", _pushdown("concatenation.reading_on_index")),
     Patch(_VARIABLE, "Variable", "set_dims", _pushdown("broadcasting.reading_first")),

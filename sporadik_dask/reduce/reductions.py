@@ -982,7 +982,7 @@ def _placed(reader: Any, op: Op, target: Target, skipna: bool) -> Any:
     if bound is None:
         return None
     regions = Regions(target.out_shape, disjoint.extent * disjoint.trail, bound, out_dtype)
-    with _Behind() as behind:  # each batch is laid down while the next is added up
+    with _OneBehind() as behind:  # each batch is laid down while the next is added up
         behind.then(regions.prefault)
         for cells in _finished_cells(reader, op, skipna, layout, disjoint):
             behind.then(functools.partial(regions.place_cells, *cells))
@@ -1022,13 +1022,13 @@ def _finished_cells(
         yield fields.ids // cells, fields.ids % cells, data
 
 
-class _Behind:
+class _OneBehind:
     """Calls run in order on a thread of their own, one behind the caller: the compiled
     kernels release the GIL, so laying one batch down overlaps adding up the next (two batches'
     cells in memory at most). An error of a call is raised at the next :meth:`then` or on
     leaving."""
 
-    def __enter__(self) -> _Behind:
+    def __enter__(self) -> _OneBehind:
         from concurrent.futures import ThreadPoolExecutor
 
         self._pool = ThreadPoolExecutor(1)

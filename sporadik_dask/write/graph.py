@@ -360,7 +360,7 @@ def write_graph(
     the zarr group ``shared`` (the store being written, as a ``StorePath``), when it has one
     (:func:`~sporadik_dask.write.spill.shared_directory_for`); else a worker keeps them.
 
-    With ``first``, ``(key, function, argument)``, the task ``function(argument)`` (a lay-out
+    With ``first``, ``(key, function, argument)``, the task ``function(argument)`` (a skeleton
     of :mod:`~sporadik_dask.write.skeleton`) runs before anything is written or spilled.
 
     Named by the pieces, every plan (partitions, chunking, index order, width) and every target

@@ -2,19 +2,19 @@
 
 A write planned with ``compute=False`` must not touch what is at its location yet: a dask user
 reads it as "nothing happens until compute", and a pending write over an old store that is never
-computed, or fails while counting, would otherwise have deleted the old store for nothing. So the
-client writes the root group, its labels and coordinates, and every layout's empty arrays into a
-``MemoryStore``, takes each array's ``zarr.json`` from there for the write's tasks to check, and
-the write's first task (:func:`lay_out`) puts those documents in place, on whichever process runs
-it, before any chunk is written. A layout added to a finished store is planned the same way
-(:func:`layout_skeleton_of`, :func:`lay_out_layout`): nothing in the store changes until the
-write runs.
+computed, or fails while counting, would otherwise have deleted the old store for nothing. So
+the client writes the root group, its labels and coordinates, and every layout's empty arrays
+into a ``MemoryStore``, takes each array's ``zarr.json`` from there for the write's tasks to
+check, and the write's first task (:func:`write_skeleton`) puts those documents in place, on
+whichever process runs it, before any chunk is written. A layout added to a finished store is
+planned the same way (:func:`layout_skeleton_of`, :func:`write_layout_skeleton`): nothing in the
+store changes until the write runs.
 
 The documents name their write: the root's attribute ``WRITING_KEY`` holds the write's token
 until :func:`commit_block` replaces it with the block, in one document write. A retried
-:func:`lay_out` (its result lost with a worker) finds its own token and leaves the chunks already
-written alone; a commit that finds another write's token refuses, as another write has replaced
-the store while this one ran.
+:func:`write_skeleton` (its result lost with a worker) finds its own token and leaves the chunks
+already written alone; a commit that finds another write's token refuses, as another write has
+replaced the store while this one ran.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ __all__ = [
     "Skeleton",
     "commit_block",
     "discard",
-    "lay_out",
-    "lay_out_layout",
     "layout_skeleton_of",
     "skeleton_of",
+    "write_layout_skeleton",
+    "write_skeleton",
 ]
 
 
@@ -80,7 +80,7 @@ def skeleton_of(
 
     The token names the input as well as the documents: two writes of different inputs of one
     shape and count (``x`` and ``2 * x``) make the same documents, and under one token dask
-    would run one lay-out for both, each then writing its chunks into the other's store. The
+    would run one skeleton for both, each then writing its chunks into the other's store. The
     same name without the location stays in the root for good (``WRITTEN_KEY``): a reader that
     opened the store tells it from any later write of other values (a copy of it anywhere, or
     a retried write, holds the same bytes)."""
@@ -134,7 +134,7 @@ def layout_skeleton_of(
     return LayoutSkeleton(root.store_path, location, path, block, documents, token)
 
 
-def lay_out_layout(skeleton: LayoutSkeleton) -> str:
+def write_layout_skeleton(skeleton: LayoutSkeleton) -> str:
     """The first task of a layout added to a finished store: put its documents in place.
 
     1. Refuse when the root's block is not the one the layout was planned against: the store
@@ -185,7 +185,7 @@ async def _documents(memory: MemoryStore, prefix: str = "") -> tuple[tuple[str, 
     return tuple(found)
 
 
-def lay_out(skeleton: Skeleton) -> str:
+def write_skeleton(skeleton: Skeleton) -> str:
     """The write's first task: replace what is at the location with the skeleton's documents.
 
     1. Check the location again, by :func:`~sporadik_dask.write.targets.check_target`'s rule: it may
@@ -289,7 +289,7 @@ def discard(store: Any, token: str) -> bool:
     if attributes.pop(WRITING_KEY, None) != token:
         return False
     # first the mark: a deletion cut off midway leaves an unfinished store no write takes for
-    # its own (a retried lay-out would keep what is left, documents missing)
+    # its own (a retried skeleton would keep what is left, documents missing)
     writable = zarr.open_group(store, mode="r+", zarr_format=3)
     writable.attrs.put(attributes)
     run(_delete(StorePath(root.store.with_read_only(False), "")))

@@ -39,10 +39,10 @@ from sporadik_dask.write.skeleton import (
     commit_block,
     discard,
     is_committed,
-    lay_out,
-    lay_out_layout,
     layout_skeleton_of,
     skeleton_of,
+    write_layout_skeleton,
+    write_skeleton,
 )
 from sporadik_dask.write.sources import Source, source_of, source_of_layout
 from sporadik_dask.write.targets import WRITING_KEY, check_target
@@ -59,7 +59,7 @@ __all__ = [
 Duplicates = Literal["sum", "refuse"]
 
 #: The name of a write's first task, which lays out its store, before the write's token.
-LAY_OUT = "sporadik-lay-out-"
+LAY_OUT = "sporadik-skeleton-"
 
 
 class StoreWrite(DaskMethodsMixin):
@@ -475,7 +475,7 @@ def _skeleton(
 ) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
     """The new store's documents (:mod:`~sporadik_dask.write.skeleton`) for the write of the input
     ``identity`` names, and a reference to each array they create, at ``store``, where
-    :func:`~sporadik_dask.write.skeleton.lay_out` puts them."""
+    :func:`~sporadik_dask.write.skeleton.write_skeleton` puts them."""
     made: dict[int, dict[str, zarr.Array[Any]]] = {}
 
     def build(root: zarr.Group) -> None:
@@ -687,7 +687,7 @@ def _write(
     spilled = {axis: first for axis, first in held.items() if first < pieces}
     first = (
         LAY_OUT + laid_out.token,
-        lay_out if isinstance(laid_out, Skeleton) else lay_out_layout,
+        write_skeleton if isinstance(laid_out, Skeleton) else write_layout_skeleton,
         laid_out,
     )
     # a layout added to a finished store is never the write's own to delete (``discard``)

@@ -94,7 +94,7 @@ def measured(read: Callable[[], Any]) -> tuple[Any, int]:
 
 def opened(store: Path, how: str) -> Any:
     """The store's array: a reader, ``from_sporadik``, or an opened variable (lazy, chunked, or
-    loaded: a ``sparse.COO`` xarray holds, selected by :mod:`sporadik_dask.backend.held`)."""
+    loaded: a ``sparse.COO`` xarray holds, selected by :mod:`sporadik_dask.backend.loaded`)."""
     if how == "reader":
         return sd.StoreReader(store)
     if how == "from_sporadik":

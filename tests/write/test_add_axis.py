@@ -130,19 +130,19 @@ def test_a_pending_add_axis_is_refused_when_the_block_changed_before_it_ran(
 
 
 def test_laying_out_an_added_layout_again_keeps_the_chunks_written(tmp_path: Path) -> None:
-    # what distributed does when the worker holding the lay-out's result is lost
-    from sporadik_dask.write.skeleton import lay_out_layout
+    # what distributed does when the worker holding the skeleton's result is lost
+    from sporadik_dask.write.skeleton import write_layout_skeleton
 
     dense = random_dense(np.random.default_rng(7), (40, 30), 0.3)
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,)}, chunk=16)
     write = sd.add_axis(path, 1, chunk=16, compute=False)
     assert isinstance(write, sd.StoreWrite)
     graph = dict(write.__dask_graph__())
-    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-lay-out")]
+    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-skeleton")]
     dask.get(graph, write.__dask_keys__())
     written = _files(path)
     laid_out = graph[name]
-    lay_out_layout(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
+    write_layout_skeleton(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
     assert _files(path) == written
     write.commit(len(write.__dask_keys__()))
     sd.validate(path)

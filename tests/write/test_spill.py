@@ -72,7 +72,7 @@ def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(
 ) -> None:
     dense, x = _inputs(rank)
     with dask.config.set({"sporadik.spill-bytes": -1}):
-        sd.to_sporadik(x, tmp_path / "held.zarr", chunk=40, partition_bytes=3_000)
+        sd.to_sporadik(x, tmp_path / "loaded.zarr", chunk=40, partition_bytes=3_000)
     splits = _Splits()
     where = {"scheduler": scheduler}
     if scheduler == "processes":
@@ -83,7 +83,7 @@ def test_spilled_parts_give_the_bytes_of_parts_held_in_memory(
         assert splits.found and all(
             isinstance(part, spill.SpilledPart) for parts in splits.found for part in parts
         )
-    assert layout_files(tmp_path / "held.zarr") == layout_files(tmp_path / "spilled.zarr")
+    assert layout_files(tmp_path / "loaded.zarr") == layout_files(tmp_path / "spilled.zarr")
     stored = sd.from_sporadik(tmp_path / "spilled.zarr").compute()
     np.testing.assert_array_equal(stored.todense(), dense)
     assert list(scratch.iterdir()) == []
@@ -117,13 +117,13 @@ def test_a_budget_keeps_the_first_pieces_parts_in_memory_and_spills_the_rest(
 ) -> None:
     dense, x = _inputs(2)
     with dask.config.set({"sporadik.spill-bytes": -1}):
-        sd.to_sporadik(x, tmp_path / "held.zarr", chunk=40, partition_bytes=3_000)
+        sd.to_sporadik(x, tmp_path / "loaded.zarr", chunk=40, partition_bytes=3_000)
     splits = _Splits()
     with dask.config.set({"sporadik.spill-bytes": 4_000, "scheduler": "sync"}), splits:
         sd.to_sporadik(x, tmp_path / "both.zarr", chunk=40, partition_bytes=3_000)
     kinds = {type(part) for parts in splits.found for part in parts}
     assert kinds == {tasks.Part, spill.SpilledPart}
-    assert layout_files(tmp_path / "held.zarr") == layout_files(tmp_path / "both.zarr")
+    assert layout_files(tmp_path / "loaded.zarr") == layout_files(tmp_path / "both.zarr")
     np.testing.assert_array_equal(
         sd.from_sporadik(tmp_path / "both.zarr").compute().todense(), dense
     )
@@ -212,7 +212,7 @@ def test_a_local_write_sorts_a_streaming_partition_before_the_last_piece_is_read
     # Blocks are read while the write's first task lays the store out, and no partition is
     # sorted (written) before it ends: on threads those blocks may come first, more of them on
     # a busy machine (measured: up to 10). Count the blocks started after it ended.
-    (laid_out,) = [key for key in starts.ended if str(key).startswith("sporadik-lay-out-")]
+    (laid_out,) = [key for key in starts.ended if str(key).startswith("sporadik-skeleton-")]
     early = sum(piece < starts.ended[laid_out] for piece in pieces)
     assert scheduler != "sync" or early <= 2, early
     read_before = [max(0, sum(piece < sort for piece in pieces) - early) for sort in csr]

@@ -664,19 +664,19 @@ def test_a_location_filled_after_planning_is_refused_when_the_write_runs(tmp_pat
 
 
 def test_laying_out_again_after_chunks_were_written_keeps_them(tmp_path: Path) -> None:
-    # What distributed does when the worker holding the lay-out's result is lost: it runs it again.
-    from sporadik_dask.write.skeleton import lay_out
+    # What distributed does when the worker holding the skeleton's result is lost: it runs it again.
+    from sporadik_dask.write.skeleton import write_skeleton
 
     dense = random_dense(np.random.default_rng(46), (50, 40), 0.2)
     path = tmp_path / "s.zarr"
     write = sd.to_sporadik(_dask_sparse(dense, (20, 20)), path, chunk=16, compute=False)
     assert isinstance(write, sd.StoreWrite)
     graph = dict(write.__dask_graph__())
-    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-lay-out")]
+    (name,) = [key for key in graph if isinstance(key, str) and key.startswith("sporadik-skeleton")]
     dask.get(graph, write.__dask_keys__())
     written = layout_files(path)
     laid_out = graph[name]
-    lay_out(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
+    write_skeleton(laid_out.args[0] if hasattr(laid_out, "args") else laid_out[1])
     assert layout_files(path) == written
     write.commit(len(write.__dask_keys__()))
     np.testing.assert_array_equal(read_back(path), dense)

@@ -48,7 +48,7 @@ from sporadik_dask.read.selection import (
     ranks,
 )
 
-__all__ = ["select_held", "select_held_points", "selecting", "selecting_points", "slicing"]
+__all__ = ["select_loaded", "select_loaded_points", "selecting", "selecting_points", "slicing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +62,13 @@ class _Rows(LayoutGeometry):
 
 def selecting(original: Callable[..., Any]) -> Callable[..., Any]:
     """``ArrayApiIndexingAdapter._oindex_get``, with a store's values selected by
-    :func:`select_held`."""
+    :func:`select_loaded`."""
 
     @functools.wraps(original)
     def _oindex_get(self: Any, indexer: Any) -> Any:
         if not is_read_sparse(self.array):  # another's array: sparse's own indexing
             return original(self, indexer)
-        selected = select_held(self.array, indexer.tuple)
+        selected = select_loaded(self.array, indexer.tuple)
         if selected is None:
             selected = original(self, _sliced_as_numpy(self.array, indexer))
         return mark_read(selected)
@@ -103,22 +103,22 @@ def _sliced_as_numpy(array: Any, indexer: Any) -> Any:
 
 def selecting_points(original: Callable[..., Any]) -> Callable[..., Any]:
     """``ArrayApiIndexingAdapter._vindex_get``, with a store's values selected pointwise by
-    :func:`select_held_points`."""
+    :func:`select_loaded_points`."""
 
     @functools.wraps(original)
     def _vindex_get(self: Any, indexer: Any) -> Any:
         if not is_read_sparse(self.array):  # another's array: sparse's own indexing
             return original(self, indexer)
-        selected = select_held_points(self.array, indexer)
+        selected = select_loaded_points(self.array, indexer)
         return original(self, indexer) if selected is None else mark_read(selected)
 
     return _vindex_get
 
 
-def select_held_points(array: Any, indexer: Any) -> Any:
+def select_loaded_points(array: Any, indexer: Any) -> Any:
     """A vectorized (pointwise) selection of a ``sparse.COO`` in memory, which xarray refuses
     for it ("Vectorized indexing is not supported") where the same lazy variable takes it: a
-    permuted outer key (a transposed view) as :func:`select_held`, one integer array per axis
+    permuted outer key (a transposed view) as :func:`select_loaded`, one integer array per axis
     as the store's reader joins points with runs (a slice among them spans an axis of its own
     after theirs, as numpy's ``vindex``). None for anything else."""
     from sporadik_dask.backend.array import outer_of
@@ -128,7 +128,7 @@ def select_held_points(array: Any, indexer: Any) -> Any:
     outer = outer_of(indexer, array.ndim)
     if outer is not None:
         positions, order = outer
-        selected = select_held(array, positions)
+        selected = select_loaded(array, positions)
         return None if selected is None else selected.transpose(order)
     key = indexer.tuple
     if len(key) != array.ndim or not all(
@@ -173,7 +173,7 @@ def _refused(array: Any, rank: int = 2) -> bool:
     )
 
 
-def select_held(array: Any, key: tuple[Any, ...]) -> Any:
+def select_loaded(array: Any, key: tuple[Any, ...]) -> Any:
     """The outer selection ``key`` of ``array`` as a ``sparse.COO`` in C order, or None where
     ``sparse``'s own indexing is to take it (see the module's note)."""
     if (

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from sporadik_dask.backend.held import select_held
+from sporadik_dask.backend.loaded import select_loaded
 from tests.helpers import random_dense
 
 
@@ -57,7 +57,7 @@ def test_an_outer_selection_in_memory_is_numpys_in_c_order(
 ) -> None:
     dense = random_dense(np.random.default_rng(seed), tuple(shape), 0.4, np.float32)
     key = tuple(data.draw(_part(size)) for size in shape)
-    got = select_held(sparse.COO.from_numpy(dense), key)
+    got = select_loaded(sparse.COO.from_numpy(dense), key)
     if not any(isinstance(part, np.ndarray) for part in key):
         assert got is None  # basic keys stay sparse's
         return
@@ -118,7 +118,7 @@ def test_pushdown_false_leaves_a_loaded_selection_to_sparse(
     path, dense = store
     loaded = xr.open_dataset(path, engine="sporadik")["x"].load()
     with dask.config.set({"sporadik.pushdown": False}):
-        assert select_held(loaded.data, (np.array([3, 1]), slice(None))) is None
+        assert select_loaded(loaded.data, (np.array([3, 1]), slice(None))) is None
         got = loaded.isel(cell=[3, 1])
     np.testing.assert_array_equal(got.data.todense(), dense[[3, 1]])
 

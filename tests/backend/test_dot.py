@@ -84,7 +84,7 @@ def test_a_selection_times_dense_keeps_its_labels_and_order(
 
 
 @pytest.mark.parametrize("chunks", CHUNKS[:3], ids=CHUNK_IDS[:3])
-def test_products_that_are_not_one_sparse_times_one_dense_stay_xarrays(
+def test_dot_that_are_not_one_sparse_times_one_dense_stay_xarrays(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any
 ) -> None:
     """Both sparse, or a dim both keep (a batch dim): xarray's own einsum, same values."""
