@@ -64,6 +64,7 @@ __all__ = [
     "shard_of",
     "writable_directory",
     "write_chunks",
+    "write_constant",
 ]
 
 Encoder = Callable[[npt.NDArray[Any]], bytes]
@@ -185,8 +186,9 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
        stores every chunk at full size.
     2. Skip a chunk that holds only the fill value, as zarr does by default, so the objects are
        exactly the ones zarr would write.
-    3. Encode the rest and store them: straight into their files in a local directory, in one
-       batch on zarr's I/O loop in any other store.
+    3. Encode the rest (a chunk of one repeated value once: :class:`_Encoding`) and store them:
+       straight into their files in a local directory, in one batch on zarr's I/O loop in any
+       other store.
     """
     chunk = int(array.chunks[0])
     stop = start + values.shape[0]
@@ -198,15 +200,67 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
     if encode is None or start % chunk or (stop % chunk and stop != array.shape[0]):
         array[start:stop] = values
         return
-    pieces = []
+    encoding = _Encoding(encode, chunk)
+    objects = []
     for first in range(start, stop, chunk):
-        piece = values[first - start : first - start + chunk]
-        if not np.any(piece):
-            continue
-        if piece.shape[0] < chunk:
-            piece = np.concatenate([piece, np.zeros(chunk - piece.shape[0], dtype=piece.dtype)])
-        pieces.append((chunk_key(array, first // chunk), piece))
-    _store_objects(array, [(key, encode(piece)) for key, piece in pieces])
+        blob = encoding(values[first - start : first - start + chunk])
+        if blob is not None:
+            objects.append((chunk_key(array, first // chunk), blob))
+    _store_objects(array, objects)
+
+
+def write_constant(array: zarr.Array[Any], start: int, stop: int, value: Any) -> None:
+    """Write ``value`` at every element of ``[start, stop)``, bounds as :func:`write_chunks`
+    takes them: one object encoded for every whole chunk (or shard), stored as all of them.
+
+    An ``indptr`` over a genome's empty stretch is one offset repeated for 10^9 positions: made
+    and encoded chunk by chunk, it cost more than the values' own sort.
+    """
+    sharding = shard_of(array)
+    unit = sharding.shard if sharding is not None else int(array.chunks[0])
+    whole = start + (stop - start) // unit * unit
+    if whole == start or (stop % unit and stop != array.shape[0]):
+        write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
+        return
+    if sharding is not None:
+        encode = _encoder(array, sharding.compressors)
+        encoding = None if encode is None else _Encoding(encode, sharding.chunk)
+    else:
+        encoding = _Encoding(encode, unit) if (encode := _encoder(array)) is not None else None
+    if encoding is None or start % unit:
+        write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
+        return
+    full = np.full(unit, value, dtype=array.dtype)
+    blob = _shard_object(full, sharding, encoding) if sharding is not None else encoding(full)
+    if blob is not None:
+        _store_objects(
+            array, [(chunk_key(array, k), blob) for k in range(start // unit, whole // unit)]
+        )
+    if whole < stop:  # the array's last chunk, padded
+        write_chunks(array, whole, full[: stop - whole])
+
+
+class _Encoding:
+    """Whole chunks encoded, or None for a chunk of only the fill value; a chunk of one value
+    repeated is encoded once per value (a stretch of ``indptr`` where no position holds any)."""
+
+    __slots__ = ("_chunk", "_encode", "_repeated")
+
+    def __init__(self, encode: Encoder, chunk: int) -> None:
+        self._encode, self._chunk = encode, chunk
+        self._repeated: dict[bytes, bytes] = {}
+
+    def __call__(self, piece: npt.NDArray[Any]) -> bytes | None:
+        if piece.shape[0] < self._chunk:
+            piece = np.concatenate([piece, np.zeros(self._chunk - piece.shape[0], piece.dtype)])
+        if piece[0] != piece[-1] or not np.all(piece == piece[0]):  # a NaN is never repeated
+            return self._encode(piece)
+        if not piece[0]:  # the fill value throughout
+            return None
+        value = piece[:1].tobytes()
+        if value not in self._repeated:
+            self._repeated[value] = self._encode(piece)
+        return self._repeated[value]
 
 
 def _store_objects(array: zarr.Array[Any], objects: list[tuple[str, bytes]]) -> None:
@@ -283,15 +337,18 @@ def _write_shards(
         return
     encode = _encoder(array, sharding.compressors)
     assert encode is not None  # shard_of found the chain
+    encoding = _Encoding(encode, sharding.chunk)
     objects = []
     for first in range(start, stop, shard):
-        blob = _shard_object(values[first - start : first - start + shard], sharding, encode)
+        blob = _shard_object(values[first - start : first - start + shard], sharding, encoding)
         if blob is not None:
             objects.append((chunk_key(array, first // shard), blob))
     _store_objects(array, objects)
 
 
-def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encode: Encoder) -> bytes | None:
+def _shard_object(
+    values: npt.NDArray[Any], sharding: Sharding, encoding: _Encoding
+) -> bytes | None:
     """One shard's object, or None when it holds only the fill value."""
     chunk = sharding.chunk
     index = np.full((sharding.per_shard, 2), _ABSENT, dtype="<u8")
@@ -299,11 +356,9 @@ def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encode: Encoder)
     at = 0
     for k in range(sharding.per_shard):
         piece = values[k * chunk : (k + 1) * chunk]
-        if not np.any(piece):
+        encoded = encoding(piece) if piece.shape[0] else None
+        if encoded is None:
             continue
-        if piece.shape[0] < chunk:
-            piece = np.concatenate([piece, np.zeros(chunk - piece.shape[0], dtype=piece.dtype)])
-        encoded = encode(piece)
         index[k] = (at, len(encoded))
         at += len(encoded)
         parts.append(encoded)

@@ -34,7 +34,7 @@ from sporadik_dask.kernels.sort import (
 )
 from sporadik_dask.planning.budgets import DENSE_POSITIONS
 from sporadik_dask.planning.plan import PositionCounts
-from sporadik_dask.store.chunks import write_chunks
+from sporadik_dask.store.chunks import write_chunks, write_constant
 from sporadik_dask.store.storage import root_document
 from sporadik_dask.write.spill import PartReader, SpilledPart, SpillTo, write_parts
 
@@ -62,6 +62,7 @@ __all__ = [
     "merge_pieces",
     "piece_of_block",
     "piece_of_layout",
+    "runs_constant",
     "runs_slice",
     "sort_partition",
     "split_by_cell",
@@ -606,6 +607,20 @@ def runs_slice(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
     return np.repeat(found[k0 : k1 + 1], np.diff(ends, prepend=0))
 
 
+def runs_constant(runs: Runs, array: str, lo: int, hi: int) -> Any:
+    """The one value elements ``lo:hi`` of a partition's ``maxima`` or ``indptr`` all hold, when
+    no position holding values lies among them (a genome's empty stretch); else None."""
+    held = runs.held
+    if held is None or array not in (MAXIMA, "indptr") or hi <= lo:
+        return None
+    found: npt.NDArray[Any] = getattr(runs, array)
+    last = hi if array == MAXIMA else hi - 1  # indptr[j] is the run of the first held at or past j
+    k0, k1 = np.searchsorted(held, (lo, last), side="left")
+    if k0 != k1:
+        return None
+    return found.dtype.type(0) if array == MAXIMA else found[k0]
+
+
 def _sorted_by_numpy(
     reader: PartReader,
     parts: Sequence[Part | SpilledPart],
@@ -675,7 +690,12 @@ def write_partition(
     runs = sort_partition(start, stop, extent, index_dtype, values, *parts)
     kept = {(array, lo, hi): runs_slice(runs, array, lo, hi).copy() for array, lo, hi in edges}
     for ref, first, last, array, lo, hi in own:
-        write_region(ref, first, last, runs_slice(runs, array, lo, hi))
+        constant = runs_constant(runs, array, lo, hi)
+        if constant is None:
+            write_region(ref, first, last, runs_slice(runs, array, lo, hi))
+        elif constant:  # a region of zeros is the fill value: no object to write
+            ref.check_still_laid_out()
+            write_constant(ref.open(), first, last, constant)
     return kept
 
 
