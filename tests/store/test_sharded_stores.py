@@ -123,7 +123,11 @@ def test_a_stretch_of_one_value_is_written_as_the_objects_zarr_writes_for_it(
 
     arrays = [
         zarr.create_array(
-            tmp_path / name, shape=(1000,), chunks=(64,), shards=shards, dtype="int32"
+            tmp_path / name,
+            shape=(1000,),
+            chunks=(64,),
+            shards=None if shards is None else (shards,),
+            dtype="int32",
         )
         for name in ("zarr", "ours")
     ]
