@@ -44,7 +44,6 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     defaults = config.DEFAULTS["sporadik"]
     assert defaults["partition-bytes"] == budgets.PARTITION_BYTES
     assert defaults["spill-bytes"] == budgets.SPILL_BYTES
-    assert defaults["count-bytes"] == budgets.COUNT_BYTES
     assert defaults["max-positions"] == describe.MAX_POSITIONS
     assert defaults["whole-shard"] == shards.WHOLE_SHARD
     assert defaults["coalesce-gap"] == ranges.COALESCE_GAP
