@@ -4,8 +4,9 @@ Every patch of xarray and dask (:mod:`sporadik_dask.backend.patches`) asks here 
 anything not ours to the original unchanged: opening a store must change nothing for any other
 array in the process. Ours is
 
-1. a dask array read from a store: its graph holds a read (a layer named with one of
-   :data:`~sporadik_dask.read.window.READ_PREFIXES`) and its blocks are sparse;
+1. a dask array read from a store: a read made in this process is beneath it
+   (:func:`~sporadik_dask.read.dask_model.reads_beneath`, in either of dask's array models) and
+   its blocks are sparse;
 2. a ``sparse.COO`` a store's reader gave the backend, or a loaded variable's selection of one,
    or xarray's compute of (1): marked by :func:`mark_read` (defined with the backend array that
    reads it) as it is made; the mark is an attribute of that one object, so anything computed
@@ -31,11 +32,11 @@ def is_read_dask(array: Any) -> bool:
         return False
     import dask.array as da
 
-    from sporadik_dask.read.window import READ_PREFIXES
+    from sporadik_dask.read.dask_model import reads_beneath
 
     if not isinstance(array, da.Array) or not hasattr(array._meta, "coords"):
         return False
-    return any(str(name).startswith(READ_PREFIXES) for name in array.dask.layers)
+    return reads_beneath(array)
 
 
 def is_read(array: Any) -> bool:

@@ -99,7 +99,15 @@ class StoreReader:
     fills in later.
     """
 
-    __slots__ = ("_axis", "_description", "_format", "_opened", "_storage_options", "_store")
+    __slots__ = (
+        "__weakref__",
+        "_axis",
+        "_description",
+        "_format",
+        "_opened",
+        "_storage_options",
+        "_store",
+    )
 
     def __init__(
         self,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import dask.array as da
 import numpy as np
 
+import sporadik_dask.read.dask_model as dask_model
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_PREFIX",
-    "READ_PREFIXES",
     "SporadikArray",
     "StoreWindow",
     "reader_of",
@@ -37,18 +37,16 @@ __all__ = [
     "select_points",
 ]
 
-#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
+#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so
+#: (in dask's graph model; the expression model names an array by its expression).
 READ_PREFIX = "sporadik-read-"
-#: Names of every dask array that is a read of a store begin with one of these (``from_sporadik``
-#: names its reads ``from-sporadik-``).
-READ_PREFIXES = (READ_PREFIX, "from-sporadik-")
 
 
 class StoreWindow:
     """Positions along each axis of a store, read as one array: ``window[key]`` reads the
     positions ``key`` picks of each axis's positions. Pickles as its reader (a location)."""
 
-    __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
+    __slots__ = ("__weakref__", "dropped", "dtype", "positions", "reader", "shape")
 
     def __init__(self, reader: Any, positions: tuple[Axis, ...], dropped: dict[int, int]) -> None:
         self.reader = reader
@@ -142,19 +140,39 @@ class SporadikArray(da.Array):
     max = _pushed_down("max")
     min = _pushed_down("min")
 
-    def _vindex(self, key: Any) -> Any:
+    @property
+    def vindex(self) -> Any:
         """``x.vindex[key]``: integer arrays (and slices), one per axis, are a read of those cells
-        (:func:`select_points`); every other key is dask's."""
+        (:func:`select_points`); every other key is dask's (the expression model has none)."""
+        from dask.utils import IndexCallable
+
+        return IndexCallable(self._vindex)
+
+    def _vindex(self, key: Any) -> Any:
         points = select_points(self, key if isinstance(key, tuple) else (key,))
-        return super()._vindex(key) if points is None else points  # type: ignore[no-untyped-call]
+        if points is not None:
+            return points
+        own = getattr(super(), "_vindex", None)
+        if own is None:
+            raise NotImplementedError(
+                f"vindex[{key!r}]: dask's expression model (array.query-planning) has no "
+                "pointwise indexing of its own, and only integer arrays and slices, one per "
+                "axis, are read as points here. Pass such a key, or compute the array first."
+            )
+        return own(key)
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+        return (_read_again, (dask_model.source_of(self), self.chunks, self._meta, self.name))
+
+
+def _read_again(source: Any, chunks: Any, meta: Any, name: str) -> SporadikArray:
+    """An unpickled :class:`SporadikArray`: the same read, registered in this process."""
+    return as_sporadik_array(dask_model.read_array(source, chunks, meta, name=name))
 
 
 def as_sporadik_array(x: da.Array) -> SporadikArray:
     """``x``, a plain read of a store, as a :class:`SporadikArray` (the same graph and name)."""
-    return SporadikArray(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+    return dask_model.rewrap(SporadikArray, x)
 
 
 class _Routed(NamedTuple):
@@ -218,16 +236,10 @@ def _integer(part: Any) -> bool:
 
 
 def reader_of(x: Any) -> Any:
-    """The reader a dask array reads, if its graph is that read and nothing more."""
+    """The reader (or window) a dask array reads, if it is that read and nothing more."""
     from sporadik_dask.read.reader import StoreReader
 
-    if not str(x.name).startswith(READ_PREFIXES):
-        return None
-    layers = x.dask.layers
-    original = layers.get(f"original-{x.name}")
-    if len(layers) != 2 or original is None:
-        return None
-    (held,) = dict(original).values() if len(original) == 1 else (None,)
+    held = dask_model.source_of(x)
     return held if isinstance(held, (StoreReader, StoreWindow)) else None
 
 
@@ -277,11 +289,7 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     window = _window(source, picked)
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return as_sporadik_array(
-        da.from_array(
-            window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
-        )
-    )
+    return as_sporadik_array(dask_model.read_array(window, tuple(chunks), meta, name=name))
 
 
 def reduced(
@@ -356,7 +364,7 @@ def select_points(x: Any, key: tuple[Any, ...]) -> Any:
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(shape), dtype=x.dtype))
     name = f"sporadik-points-{tokenize(reader, points)}"
     read = dask.delayed(reader.read_points, pure=True)(points, dask_key_name=name)
-    return da.from_delayed(read, shape, dtype=x.dtype, meta=meta)
+    return dask_model.from_delayed(read, shape, meta)
 
 
 def _not_fused(part: Any) -> bool:
