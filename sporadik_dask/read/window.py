@@ -132,7 +132,10 @@ class SporadikArray(da.Array):
             return super().__getitem__(index)  # type: ignore[no-untyped-call]
         if routed.expand is not None:
             selected = selected[routed.expand]
-        return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+        if routed.front is None:
+            return selected
+        axes = list(range(selected.ndim))  # numpy's move of the array's axis to the front
+        return selected.transpose([routed.front, *axes[: routed.front], *axes[routed.front + 1 :]])
 
     # dask's own, but along some axes of a plain read: one pass over a layout's runs
     sum = _pushed_down("sum")
@@ -166,8 +169,15 @@ class SporadikArray(da.Array):
 
 
 def _read_again(source: Any, chunks: Any, meta: Any, name: str) -> SporadikArray:
-    """An unpickled :class:`SporadikArray`: the same read, registered in this process."""
-    return as_sporadik_array(dask_model.read_array(source, chunks, meta, name=name))
+    """An unpickled :class:`SporadikArray`: the same read, registered in this process, with a
+    meta made afresh (an unpickled ``sparse`` array tokenizes otherwise, and the expression
+    model names a read by its meta too)."""
+    import sparse
+
+    fresh = sparse.COO.from_numpy(np.zeros(meta.shape, dtype=meta.dtype))
+    if meta.format != "coo":
+        fresh = fresh.asformat(meta.format, compressed_axes=meta.compressed_axes)
+    return as_sporadik_array(dask_model.read_array(source, chunks, fresh, name=name))
 
 
 def as_sporadik_array(x: da.Array) -> SporadikArray:
