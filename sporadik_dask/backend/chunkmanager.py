@@ -128,7 +128,7 @@ class _Indexed:
 
     def __getitem__(self, key: Any) -> Any:
         result = self.array[key]
-        return result.get_duck_array() if hasattr(result, "get_duck_array") else result
+        return mark_read(result.get_duck_array() if hasattr(result, "get_duck_array") else result)
 
     def __dask_tokenize__(self) -> Any:
         from dask.base import tokenize

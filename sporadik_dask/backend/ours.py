@@ -7,10 +7,10 @@ array in the process. Ours is
 1. a dask array read from a store: a read made in this process is beneath it
    (:func:`~sporadik_dask.read.dask_model.reads_beneath`, in either of dask's array models) and
    its blocks are sparse;
-2. a ``sparse.COO`` a store's reader gave the backend, or a loaded variable's selection of one,
-   or xarray's compute of (1): marked by :func:`mark_read` (defined with the backend array that
-   reads it) as it is made; the mark is an attribute of that one object, so anything computed
-   from it is unmarked, as a user's array is;
+2. a ``sparse.COO`` a store's reader gave (the backend, or dask, as a block), or a loaded
+   variable's selection of one, or xarray's compute of (1): marked by
+   :func:`~sporadik_dask.marks.mark_read` as it is made; the mark is an attribute of that one
+   object, so anything computed from it is unmarked, as a user's array is;
 3. a variable whose data is (1), (2), a lazily opened store behind xarray's wrappers, or values
    read from one (``encoding`` holds the store's reader).
 """
@@ -21,7 +21,8 @@ import sys
 from typing import Any
 
 from sporadik_dask.backend.accessor import READER_KEY
-from sporadik_dask.backend.array import backend_under, is_read_sparse, mark_read
+from sporadik_dask.backend.array import backend_under
+from sporadik_dask.marks import is_read_sparse, mark_read
 
 __all__ = ["is_read", "is_read_dask", "is_read_sparse", "is_sporadik_variable", "mark_read"]
 

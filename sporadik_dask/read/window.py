@@ -22,6 +22,7 @@ import dask.array as da
 import numpy as np
 
 import sporadik_dask.read.dask_model as dask_model
+from sporadik_dask.marks import mark_read
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
@@ -62,7 +63,8 @@ class StoreWindow:
         return len(self.shape)
 
     def __getitem__(self, key: Any) -> Any:
-        """The positions ``key`` picks (dask's getter gives slices, and integers it fused)."""
+        """The positions ``key`` picks (dask's getter gives slices, and integers it fused),
+        marked as read (:func:`~sporadik_dask.marks.mark_read`)."""
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (self.ndim - len(key))
         kept = iter(zip(self.positions, key, strict=True))
@@ -73,7 +75,7 @@ class StoreWindow:
                 continue
             positions, part = next(kept)
             store_key.append(_store_part(take(positions, part, axis)))
-        return self.reader.read(tuple(store_key))
+        return mark_read(self.reader.read(tuple(store_key)))
 
     def __dask_tokenize__(self) -> Any:
         return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
