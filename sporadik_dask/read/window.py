@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import dask.array as da
 import numpy as np
 
+import sporadik_dask.read.dask_model as dask_model
+from sporadik_dask.marks import mark_read
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_PREFIX",
-    "READ_PREFIXES",
     "SporadikArray",
     "StoreWindow",
     "reader_of",
@@ -37,18 +38,16 @@ __all__ = [
     "select_points",
 ]
 
-#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
+#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so
+#: (in dask's graph model; the expression model names an array by its expression).
 READ_PREFIX = "sporadik-read-"
-#: Names of every dask array that is a read of a store begin with one of these (``from_sporadik``
-#: names its reads ``from-sporadik-``).
-READ_PREFIXES = (READ_PREFIX, "from-sporadik-")
 
 
 class StoreWindow:
     """Positions along each axis of a store, read as one array: ``window[key]`` reads the
     positions ``key`` picks of each axis's positions. Pickles as its reader (a location)."""
 
-    __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
+    __slots__ = ("__weakref__", "dropped", "dtype", "positions", "reader", "shape")
 
     def __init__(self, reader: Any, positions: tuple[Axis, ...], dropped: dict[int, int]) -> None:
         self.reader = reader
@@ -64,7 +63,8 @@ class StoreWindow:
         return len(self.shape)
 
     def __getitem__(self, key: Any) -> Any:
-        """The positions ``key`` picks (dask's getter gives slices, and integers it fused)."""
+        """The positions ``key`` picks (dask's getter gives slices, and integers it fused),
+        marked as read (:func:`~sporadik_dask.marks.mark_read`)."""
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (self.ndim - len(key))
         kept = iter(zip(self.positions, key, strict=True))
@@ -75,7 +75,7 @@ class StoreWindow:
                 continue
             positions, part = next(kept)
             store_key.append(_store_part(take(positions, part, axis)))
-        return self.reader.read(tuple(store_key))
+        return mark_read(self.reader.read(tuple(store_key)))
 
     def __dask_tokenize__(self) -> Any:
         return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
@@ -156,7 +156,10 @@ class SporadikArray(da.Array):
             return super().__getitem__(index)  # type: ignore[no-untyped-call]
         if routed.expand is not None:
             selected = selected[routed.expand]
-        return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+        if routed.front is None:
+            return selected
+        axes = list(range(selected.ndim))  # numpy's move of the array's axis to the front
+        return selected.transpose([routed.front, *axes[: routed.front], *axes[routed.front + 1 :]])
 
     # dask's own, but along some axes of a plain read: one pass over a layout's runs
     sum = _pushed_down("sum")
@@ -185,19 +188,46 @@ class SporadikArray(da.Array):
                     return pushed
         return super().__array_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
 
-    def _vindex(self, key: Any) -> Any:
+    @property
+    def vindex(self) -> Any:
         """``x.vindex[key]``: integer arrays (and slices), one per axis, are a read of those cells
-        (:func:`select_points`); every other key is dask's."""
+        (:func:`select_points`); every other key is dask's (the expression model has none)."""
+        from dask.utils import IndexCallable
+
+        return IndexCallable(self._vindex)
+
+    def _vindex(self, key: Any) -> Any:
         points = select_points(self, key if isinstance(key, tuple) else (key,))
-        return super()._vindex(key) if points is None else points  # type: ignore[no-untyped-call]
+        if points is not None:
+            return points
+        own = getattr(super(), "_vindex", None)
+        if own is None:
+            raise NotImplementedError(
+                f"vindex[{key!r}]: dask's expression model (array.query-planning) has no "
+                "pointwise indexing of its own, and only integer arrays and slices, one per "
+                "axis, are read as points here. Pass such a key, or compute the array first."
+            )
+        return own(key)
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+        return (_read_again, (dask_model.source_of(self), self.chunks, self._meta, self.name))
+
+
+def _read_again(source: Any, chunks: Any, meta: Any, name: str) -> SporadikArray:
+    """An unpickled :class:`SporadikArray`: the same read, registered in this process, with a
+    meta made afresh (an unpickled ``sparse`` array tokenizes otherwise, and the expression
+    model names a read by its meta too)."""
+    import sparse
+
+    fresh = sparse.COO.from_numpy(np.zeros(meta.shape, dtype=meta.dtype))
+    if meta.format != "coo":
+        fresh = fresh.asformat(meta.format, compressed_axes=meta.compressed_axes)
+    return as_sporadik_array(dask_model.read_array(source, chunks, fresh, name=name))
 
 
 def as_sporadik_array(x: da.Array) -> SporadikArray:
     """``x``, a plain read of a store, as a :class:`SporadikArray` (the same graph and name)."""
-    return SporadikArray(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+    return dask_model.rewrap(SporadikArray, x)
 
 
 class _Routed(NamedTuple):
@@ -261,16 +291,10 @@ def _integer(part: Any) -> bool:
 
 
 def reader_of(x: Any) -> Any:
-    """The reader a dask array reads, if its graph is that read and nothing more."""
+    """The reader (or window) a dask array reads, if it is that read and nothing more."""
     from sporadik_dask.read.reader import StoreReader
 
-    if not str(x.name).startswith(READ_PREFIXES):
-        return None
-    layers = x.dask.layers
-    original = layers.get(f"original-{x.name}")
-    if len(layers) != 2 or original is None:
-        return None
-    (held,) = dict(original).values() if len(original) == 1 else (None,)
+    held = dask_model.source_of(x)
     return held if isinstance(held, (StoreReader, StoreWindow)) else None
 
 
@@ -320,11 +344,7 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     window = _window(source, picked)
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return as_sporadik_array(
-        da.from_array(
-            window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
-        )
-    )
+    return as_sporadik_array(dask_model.read_array(window, tuple(chunks), meta, name=name))
 
 
 def reduced(
@@ -415,7 +435,7 @@ def select_points(x: Any, key: tuple[Any, ...]) -> Any:
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(shape), dtype=x.dtype))
     name = f"sporadik-points-{tokenize(reader, points)}"
     read = dask.delayed(reader.read_points, pure=True)(points, dask_key_name=name)
-    return da.from_delayed(read, shape, dtype=x.dtype, meta=meta)
+    return dask_model.from_delayed(read, shape, meta)
 
 
 def _not_fused(part: Any) -> bool:

@@ -4,7 +4,9 @@ input's values, rank-2 layouts are the reference's and anndata's bytes, and the 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -792,3 +794,43 @@ def test_both_layouts_of_an_axis_of_a_quarter_billion_positions_are_written_and_
         np.testing.assert_array_equal(got.todense(), expected)
     region = reader.read((slice(None), slice(2**28 - 3, None)), axis=1)
     np.testing.assert_array_equal(region.todense(), [[0, 0, 0], [0, 5.0, 6.0]])
+
+
+def _thread_of(block: Any, seen: set[threading.Thread]) -> Any:
+    seen.add(threading.current_thread())
+    return block
+
+
+@pytest.mark.parametrize("where", ["main thread", "another thread"])
+def test_a_threaded_write_runs_on_the_pool_dask_made_and_replaces_none(
+    tmp_path: Path, where: str
+) -> None:
+    """A threaded write runs on the threads of the pool dask made for this thread (their memory
+    is reused) and leaves it where dask keeps it: ``dask.threaded.default_pool`` for the main
+    thread, ``dask.threaded.pools[thread][num_workers]`` for another (private names, read by the
+    write: a dask release that moves them fails here)."""
+    dense = random_dense(np.random.default_rng(5), (40, 30), 0.2, np.float64)
+    seen: set[threading.Thread] = set()
+    x = da.from_array(dense, chunks=(10, 30)).map_blocks(_thread_of, seen=seen, meta=dense[:0, :0])
+    workers = None if where == "main thread" else 2
+
+    def pools() -> Any:
+        if workers is None:
+            return dask.threaded.default_pool
+        return dask.threaded.pools[threading.current_thread()][workers]
+
+    def write() -> tuple[Any, Any]:
+        with dask.config.set(scheduler="threads", num_workers=workers):
+            dask.compute(da.ones(4, chunks=2))  # dask makes its pool for this thread
+            made = pools()
+            sd.to_sporadik(x, tmp_path / "s.zarr")
+            return made, pools()
+
+    if workers is None:
+        made, after = write()
+    else:
+        with ThreadPoolExecutor(1) as other:
+            made, after = other.submit(write).result()
+    assert made is not None and after is made
+    assert seen and seen <= set(made._threads), (seen, made._threads)
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
