@@ -9,32 +9,20 @@ one band of rows at a time.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
-from xarray.core import indexing
 
-from sporadik_dask.backend.array import SporadikBackendArray, outer_of
+from sporadik_dask.backend.array import Outer, outer_selection
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.format.spec import check_indices
-from sporadik_dask.read.selection import as_array
 
 __all__ = ["to_csr"]
 
 #: The largest value an int32 index or index pointer holds.
 INT32_MAX = np.iinfo(np.int32).max
-
-
-class _Outer(NamedTuple):
-    """A lazy rank-2 variable as an outer selection of a rank-2 store."""
-
-    backend: SporadikBackendArray
-    #: Positions along each store axis.
-    positions: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
-    #: The store axis of the variable's rows, then of its columns.
-    axes: tuple[int, int]
 
 
 def to_csr(variable: Any) -> sp.csr_matrix:
@@ -54,8 +42,8 @@ def to_csr(variable: Any) -> sp.csr_matrix:
             f"tocsr takes a rank-2 variable (cells x genes); this one has dims {variable.dims}. "
             "Select or reduce to two dims first: a CSR matrix has rows and columns only."
         )
-    outer = _outer_selection(variable._data)
-    if outer is not None and outer.backend.reader.description.layouts:
+    outer = outer_selection(variable._data)
+    if outer is not None and outer.backend.ndim == 2 and outer.backend.reader.description.layouts:
         csr = _from_runs(outer)
     elif _is_dask(variable.data):
         csr = _from_bands(variable.data)
@@ -64,43 +52,7 @@ def to_csr(variable: Any) -> sp.csr_matrix:
     return _narrowed(csr.data, csr.indices, csr.indptr, variable.shape)
 
 
-def _outer_selection(data: Any) -> _Outer | None:
-    """The store and the positions a lazy rank-2 variable selects of it, or None (in memory,
-    chunked, pointwise, or a store of another rank)."""
-    while data is not None and not isinstance(
-        data, (indexing.LazilyIndexedArray, indexing.LazilyVectorizedIndexedArray)
-    ):
-        if isinstance(data, SporadikBackendArray):
-            break
-        data = getattr(data, "array", None)
-    if isinstance(data, SporadikBackendArray):
-        key: Any = indexing.BasicIndexer((slice(None),) * data.ndim)
-        backend = data
-    elif data is not None and isinstance(data.array, SporadikBackendArray):
-        key, backend = data.key, data.array
-    else:
-        return None
-    if backend.ndim != 2:
-        return None
-    if isinstance(key, indexing.VectorizedIndexer):
-        found = outer_of(key, 2)
-        if found is None:
-            return None
-        parts, order = found
-        positions = tuple(np.asarray(p, dtype=np.int64) for p in parts)
-        axes = (order[0], order[1])
-    else:
-        if any(isinstance(part, (int, np.integer)) for part in key.tuple):
-            return None
-        positions = tuple(
-            np.asarray(as_array(range(size)[part] if isinstance(part, slice) else part))
-            for part, size in zip(key.tuple, backend.shape, strict=True)
-        )
-        axes = (0, 1)
-    return _Outer(backend, (positions[0], positions[1]), axes)
-
-
-def _from_runs(outer: _Outer) -> sp.csr_matrix:
+def _from_runs(outer: Outer) -> sp.csr_matrix:
     """The selection read as runs of the layout whose axis it selects the smaller share of.
 
     1. Pick the axis: of those with a layout, the one whose positions are the smaller fraction
@@ -122,9 +74,8 @@ def _from_runs(outer: _Outer) -> sp.csr_matrix:
     check_indices(indices, shape[other], f"Layout {layout.path!r} in {reader.location}")
     indptr = np.concatenate(([0], np.cumsum(np.asarray(hi) - np.asarray(lo))))
     read = _narrowed(data, indices, indptr, (len(lo), shape[other]))
-    taken = outer.positions[other]
-    if not np.array_equal(taken, np.arange(shape[other])):
-        read = read[:, taken]
+    if not outer.whole(other):
+        read = read[:, outer.positions[other]]
     if along == outer.axes[0]:
         return read
     return sp.csr_matrix(read.T)

@@ -185,12 +185,65 @@ def _pushed_data(
         return _in_view(data, target, beneath.axes)
     if beneath.backend is None and READER_KEY not in variable.encoding:
         return None
+    if beneath.backend is not None:
+        reduced = _selection_reduced(held, target, op, skipna=skipna, ddof=ddof, dense=dense)
+        if reduced is not None:
+            return reduced
     # the selection, read once as a sparse.COO; or held in memory since a first reduction read
     # it, reduced the same way so that a second reduction gives what the first did
     selected = variable.data
     if not hasattr(selected, "coords") or absent_value(selected) is not None:
         return None  # absent cells of another value (after X + 1): xarray's own path
     return reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
+
+
+def _selection_reduced(
+    held: Any, target: Any, op: Any, *, skipna: bool, ddof: int, dense: bool
+) -> Any:
+    """``op`` over a lazy selection of a store along one of its axes, in the store's one pass
+    with the selection as a grouping: memory as for the whole store's reduction, where reading
+    the selection first held all of it (+1.40 GB against +0.07 GB over 40 M values). None for
+    a selection along several axes, with a position twice, or of a transposed view.
+
+    1. Selected along a kept axis: each selected position is a group of its own, in the order
+       selected; with a groupby along that axis, each keeps its group.
+    2. Selected along a reduced axis: the selected positions are one group, a kept axis of one
+       position, dropped from the result.
+    """
+    from sporadik_dask.backend.array import outer_selection
+    from sporadik_dask.reduce.store import reduce_store
+    from sporadik_dask.reduce.target import Grouping, Target
+
+    outer = outer_selection(held)
+    if outer is None or outer.axes != tuple(range(len(outer.axes))):
+        return None
+    along = [a for a in range(len(outer.axes)) if not outer.whole(a)]
+    if len(along) != 1:
+        return None
+    (axis,) = along
+    positions = outer.positions[axis]
+    if np.unique(positions).size != positions.size:
+        return None
+    shape = outer.backend.shape
+    codes = np.full(shape[axis], -1, dtype=np.int64)
+    grouping = target.grouping
+    if axis in target.axes:
+        if grouping is not None:
+            return None
+        codes[positions] = 0
+        axes = tuple(a for a in target.axes if a != axis)
+        grouped = Target(shape, axes, Grouping(axis, codes, 1))
+    elif grouping is None:
+        codes[positions] = np.arange(positions.size)
+        grouped = Target(shape, target.axes, Grouping(axis, codes, positions.size))
+    elif grouping.axis == axis:
+        codes[positions] = grouping.codes
+        grouped = Target(shape, target.axes, grouping._replace(codes=codes))
+    else:
+        return None
+    reader = outer.backend.reader
+    data = reduce_store(reader, op, grouped, skipna=skipna, ddof=ddof, dense=dense)
+    return data.reshape(target.out_shape)
 
 
 def _in_store(target: Any, axes: tuple[int, ...]) -> Any:
