@@ -298,7 +298,8 @@ def test_a_reduction_of_a_lazy_selection_equals_numpy_and_leaves_nothing_held(
         if values.size == 0 and op in ("max", "min"):
             continue  # numpy and xarray raise on an empty max
         axes = None if dims is None else tuple(picked.get_axis_num(d) for d in dims)
-        result = getattr(picked, op)(dims)
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            result = getattr(picked, op)(dims)
         assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
         expected = _expected(values, op, axes)
         assert result.shape == expected.shape
@@ -311,6 +312,19 @@ def test_a_reduction_of_a_lazy_selection_equals_numpy_and_leaves_nothing_held(
     assert (backend_under(picked.variable._data).backend is not None) == one_axis
 
 
+def test_a_lazy_selection_of_few_values_is_read_then_reduced(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """Under ``sporadik.selection-read-values``, reading the selection costs what it selects,
+    where the store's pass reads every value."""
+    from sporadik_dask.backend.array import backend_under
+
+    path, dense = store
+    picked = xr.open_dataset(path, engine="sporadik")["x"].isel(gene=[17, 3, 5])
+    np.testing.assert_allclose(picked.sum("gene").values, np.nansum(dense[:, [17, 3, 5]], 1))
+    assert backend_under(picked.variable._data).backend is None  # read, and kept by xarray
+
+
 def test_a_groupby_of_filtered_cells_equals_xarray_on_the_dense_array(
     store: tuple[Path, npt.NDArray[Any]],
 ) -> None:
@@ -319,7 +333,8 @@ def test_a_groupby_of_filtered_cells_equals_xarray_on_the_dense_array(
     opened = xr.open_dataset(path, engine="sporadik")["x"].assign_coords(kind=("cell", labels))
     reference = xr.DataArray(dense, dims=opened.dims).assign_coords(kind=("cell", labels))
     for op in ["sum", "mean", "max"]:
-        got = getattr(opened.isel(cell=_CELL_MASK).groupby("kind"), op)()
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            got = getattr(opened.isel(cell=_CELL_MASK).groupby("kind"), op)()
         expected = getattr(reference.isel(cell=_CELL_MASK).groupby("kind"), op)()
         assert list(got.kind.values) == list(expected.kind.values)
         np.testing.assert_allclose(got.values, expected.values, rtol=1e-5, equal_nan=True)
