@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from sporadik_dask.backend.array import Outer, outer_selection
+from sporadik_dask.backend.array import outer_selection
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.format.spec import check_indices
 
@@ -33,18 +33,20 @@ def to_csr(variable: Any) -> sp.csr_matrix:
        selected positions along the axis with a layout selecting the smaller share of it, as
        stored, laid into CSR by their ``indptr``; the other axis selected in scipy, and a
        column layout's CSC converted once. Peak: the runs read and the result.
-    2. Chunked: each band of row blocks computed and converted in a task of its own, the bands
-       stacked. Peak: the result twice, and the bands in flight.
-    3. In memory (``sparse.COO``, numpy): converted by scipy.
+    2. Chunked, still a read of the store or of a window of it (a selection made after
+       opening): as 1, from the positions the window reads.
+    3. Chunked otherwise: each band of row blocks computed and converted in a task of its own,
+       the bands stacked. Peak: the result twice, and the bands in flight.
+    4. In memory (``sparse.COO``, numpy): converted by scipy.
     """
     if variable.ndim != 2:
         raise SporadikError(
             f"tocsr takes a rank-2 variable (cells x genes); this one has dims {variable.dims}. "
             "Select or reduce to two dims first: a CSR matrix has rows and columns only."
         )
-    outer = outer_selection(variable._data)
-    if outer is not None and outer.backend.ndim == 2 and outer.backend.reader.description.layouts:
-        csr = _from_runs(outer)
+    outer = _selected(variable._data)
+    if outer is not None:
+        csr = _from_runs(*outer)
     elif _is_dask(variable.data):
         csr = _from_bands(variable.data)
     else:
@@ -52,7 +54,33 @@ def to_csr(variable: Any) -> sp.csr_matrix:
     return _narrowed(csr.data, csr.indices, csr.indptr, variable.shape)
 
 
-def _from_runs(outer: Outer) -> sp.csr_matrix:
+def _selected(held: Any) -> tuple[Any, tuple[Any, Any], tuple[int, int]] | None:
+    """The reader of a rank-2 store with a layout, the positions along each of its axes the
+    variable selects, and the store axis of its rows and columns; None for anything else."""
+    from sporadik_dask.read import StoreReader
+    from sporadik_dask.read.selection import as_array
+    from sporadik_dask.read.window import StoreWindow, reader_of
+
+    if _is_dask(held):
+        source = reader_of(held)
+        if isinstance(source, StoreReader):
+            reader, positions = source, tuple(np.arange(n) for n in source.shape)
+        elif isinstance(source, StoreWindow) and not source.dropped:
+            reader, positions = source.reader, tuple(as_array(p) for p in source.positions)
+        else:
+            return None
+        axes: tuple[int, ...] = (0, 1)
+    else:
+        outer = outer_selection(held)
+        if outer is None:
+            return None
+        reader, positions, axes = outer.backend.reader, outer.positions, outer.axes
+    if len(reader.shape) != 2 or not reader.description.layouts:
+        return None
+    return reader, (positions[0], positions[1]), (axes[0], axes[1])
+
+
+def _from_runs(reader: Any, positions: tuple[Any, Any], axes: tuple[int, int]) -> sp.csr_matrix:
     """The selection read as runs of the layout whose axis it selects the smaller share of.
 
     1. Pick the axis: of those with a layout, the one whose positions are the smaller fraction
@@ -62,21 +90,21 @@ def _from_runs(outer: Outer) -> sp.csr_matrix:
        taken in scipy (any order, repeats).
     4. Read along the columns, that is the transpose: converted to CSR once.
     """
-    reader = outer.backend.reader
     layouts = reader.description.layouts
     shape = reader.shape
-    share = {a: len(outer.positions[a]) / max(shape[a], 1) for a in layouts}
-    along = min(share, key=lambda a: (share[a], a != outer.axes[0]))
+    share = {a: len(positions[a]) / max(shape[a], 1) for a in layouts}
+    along = min(share, key=lambda a: (share[a], a != axes[0]))
     other = 1 - along
     layout = layouts[along]
-    ((lo, hi),) = reader.brackets([(layout, outer.positions[along])])
+    ((lo, hi),) = reader.brackets([(layout, np.asarray(positions[along], dtype=np.int64))])
     indices, data = reader.runs(layout, lo, hi, as_stored=True)
     check_indices(indices, shape[other], f"Layout {layout.path!r} in {reader.location}")
     indptr = np.concatenate(([0], np.cumsum(np.asarray(hi) - np.asarray(lo))))
     read = _narrowed(data, indices, indptr, (len(lo), shape[other]))
-    if not outer.whole(other):
-        read = read[:, outer.positions[other]]
-    if along == outer.axes[0]:
+    taken = np.asarray(positions[other], dtype=np.int64)
+    if taken.size != shape[other] or not np.array_equal(taken, np.arange(shape[other])):
+        read = read[:, taken]
+    if along == axes[0]:
         return read
     return sp.csr_matrix(read.T)
 
