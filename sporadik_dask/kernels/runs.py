@@ -14,7 +14,36 @@ import numpy.typing as npt
 
 from sporadik_dask.kernels.compiled import LACKS_DTYPE, kernel
 
-__all__ = ["columns_of_runs", "rows_of_runs"]
+__all__ = ["columns_of_runs", "gather_runs", "rows_of_runs"]
+
+
+@kernel
+def _gather_runs(table: Any, starts: Any, lengths: Any, out: Any) -> None:
+    at = 0
+    for run in range(len(starts)):
+        start, length = starts[run], lengths[run]
+        out[at : at + length] = table[start : start + length]
+        at += length
+
+
+def gather_runs(
+    table: npt.NDArray[Any], starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]
+) -> npt.NDArray[Any]:
+    """The stretches ``table[starts[r] : starts[r] + lengths[r]]``, concatenated.
+
+    numpy's gather, ``table[np.repeat(starts, lengths) + within]``, builds three int64 arrays
+    of one element per value (24 bytes a value beside an 8-byte one): 0.5 GB of them for an
+    84 % cell mask of 17.9 M values, four times the CSR it made.
+    """
+    out = np.empty(int(lengths.sum()), dtype=table.dtype)
+    try:
+        _gather_runs(table, starts, lengths, out)
+    except LACKS_DTYPE:  # float16: numpy's gather
+        within = np.arange(out.size, dtype=np.int64) - np.repeat(
+            np.cumsum(lengths) - lengths, lengths
+        )
+        out[:] = table[np.repeat(starts, lengths) + within]
+    return out
 
 
 @kernel

@@ -30,6 +30,7 @@ __all__ = [
     "ESTIMATE_HEADROOM",
     "MIN_BLOCK_BYTES",
     "PARTITION_BYTES",
+    "SELECTION_READ_VALUES",
     "SPARSE_BATCH_CELLS",
     "TOTALS_BATCH",
     "balanced_blocks",
@@ -81,6 +82,11 @@ CHUNKS_AT_ONCE = 64
 #: Values :func:`~sporadik_dask.reduce.store.reduce_store` reads per batch of runs: a few tens
 #: of MB with their coordinates.
 BATCH_VALUES = 2**21
+
+#: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
+#: the store's pass: reading holds about what a batch of the pass holds, and reads only the
+#: selection (50 genes of 17.9 M values: 0.14 s read, where the pass over every value took 0.96 s).
+SELECTION_READ_VALUES = BATCH_VALUES
 
 #: Cells of the accumulator a sum or mean with a sparse result adds each run into (64 MiB of
 #: float64): a run of an ungrouped kept axis reaches only its own position's output cells, so

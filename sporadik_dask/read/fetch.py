@@ -15,6 +15,7 @@ import zarr
 
 from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.format.spec import check_indices
+from sporadik_dask.kernels.runs import gather_runs
 from sporadik_dask.read.routing import Brackets, run_chunks
 from sporadik_dask.read.selection import Positions, distinct
 from sporadik_dask.store.chunks import read_joined
@@ -119,20 +120,15 @@ def _take_runs(
     total = int(counts.sum())
     fetches = [(array, run_chunks(lo, hi, layout.chunks[name])) for name, array in arrays.items()]
     contiguous = bool(np.all(lo[1:] == hi[:-1]))
-    within = (
-        None
-        if contiguous
-        else np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    )
     taken = []
     for (array, ids), table in zip(fetches, read_joined(fetches), strict=True):
         chunk = int(array.chunks[0])
-        if within is None:  # one range of elements over consecutive chunks: a slice, no gather
+        if contiguous:  # one range of elements over consecutive chunks: a slice, no gather
             first = int(lo[0]) - int(ids[0]) * chunk
             taken.append(table[first : first + total])
             continue
         # A run's chunks are consecutive in ``ids`` (every chunk it touches was fetched), so
         # each run is one contiguous stretch of ``table``: locate runs, not values.
         start = np.searchsorted(ids, lo // chunk) * chunk + lo % chunk
-        taken.append(table[np.repeat(start, counts) + within])
+        taken.append(gather_runs(table, start, counts))
     return taken
