@@ -13,11 +13,15 @@ whole batches: give the DataLoader ``batch_size=None``.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sporadik_dask.format.errors import SporadikError
 
-__all__ = ["MinibatchDataset"]  # noqa: F822 - made on first use, by the module's __getattr__
+__all__ = ["MinibatchDataset"]
+
+if TYPE_CHECKING:
+    #: Made on first use, by the module's ``__getattr__`` (a subclass of torch's class).
+    MinibatchDataset: Any
 
 
 def _world(rank: int | None, ranks: int | None) -> tuple[int, int]:
