@@ -98,7 +98,7 @@ ESTIMATE_HEADROOM = 0.8
 #: Values a minibatch window (its batches, read together) aims at: every zarr chunk the window's
 #: positions touch is decoded once for all its batches, so a bigger window decodes fewer chunks
 #: per batch, and the loader holds its prefetch depth plus one of them.
-WINDOW_VALUES = 2**22
+WINDOW_VALUES = 2**23
 
 #: Bytes of one coordinate of one value in a ``sparse.COO`` (int64).
 COORDINATE_BYTES = 8
