@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -284,3 +286,22 @@ def overwrite_until_stalled(arguments: str) -> None:
     stalling = StallingWrites(store, given["after"], Path(given["marker"]))
     sd.to_sporadik(x, stalling, overwrite=True, chunk=given["chunk"])
     raise SystemExit("the write ended without stalling")
+
+
+def mount_tmpfs(directory: Path, size: str) -> bool:
+    """Mount a tmpfs of ``size`` on ``directory``: a real file system that fills up (root only)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+        capture_output=True,
+    )
+    return done.returncode == 0
+
+
+def unmount(directory: Path) -> None:
+    """Unmount, waiting for writes still in flight on other threads; detach if they linger."""
+    for _ in range(50):
+        if subprocess.run(["umount", str(directory)], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    subprocess.run(["umount", "--lazy", str(directory)], check=True)

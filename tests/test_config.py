@@ -14,7 +14,7 @@ import dask
 
 from sporadik_dask import config
 from sporadik_dask.planning import budgets
-from sporadik_dask.reduce import reductions
+from sporadik_dask.reduce.results import DENSE_RESULT_CELLS
 from sporadik_dask.store import chunks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     assert defaults["whole-shard"] == chunks.WHOLE_SHARD
     assert defaults["coalesce-gap"] == chunks.COALESCE_GAP
     assert defaults["coalesce-max"] == chunks.COALESCE_MAX
-    assert defaults["dense-result-cells"] == reductions.DENSE_RESULT_CELLS
+    assert defaults["dense-result-cells"] == DENSE_RESULT_CELLS
     assert defaults["dense-partials-bytes"] == budgets.DENSE_PARTIALS_BYTES
     assert all(defaults[k] is True for k in ("patches", "pushdown", "join-in-order"))
 

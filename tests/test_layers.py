@@ -16,8 +16,10 @@ LAYERS = ("format", "store", "kernels", "planning", "read", "reduce", "write", "
 #: Imports that point up, each made inside the function that needs it, with why.
 UPWARD = {
     # a reduction of a dask read is a pass over the store's runs, not dask's over its blocks
-    ("sporadik_dask.read.window", "sporadik_dask.reduce"),
-    ("sporadik_dask.read.window", "sporadik_dask.reduce.reductions"),
+    ("sporadik_dask.read.window", "sporadik_dask.reduce.fields"),
+    ("sporadik_dask.read.window", "sporadik_dask.reduce.results"),
+    ("sporadik_dask.read.window", "sporadik_dask.reduce.spans"),
+    ("sporadik_dask.read.window", "sporadik_dask.reduce.target"),
 }
 
 

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, random_dense, write_reference
+from tests.helpers import RecordingStore, mount_tmpfs, random_dense, unmount, write_reference
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -412,22 +412,13 @@ def test_a_truncated_or_deleted_chunk_object_is_refused_flagged_or_read_correctl
     _outcome_is_a_refusal_or_the_true_values(path, dense)
 
 
-def _mount_tmpfs(directory: Path, size: str) -> bool:
-    directory.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-        capture_output=True,
-    )
-    return done.returncode == 0
-
-
 @pytest.mark.slow
 def test_a_full_file_system_fails_the_write_with_the_cause_and_leaves_no_block(
     tmp_path: Path,
 ) -> None:
     """A real file system with 1 MiB of room (tmpfs, mounted here) fills up mid-write."""
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "1m"):
+    if not mount_tmpfs(disk, "1m"):
         pytest.skip("mounting a tmpfs needs root (CI runs as root)")
     try:
         rng = np.random.default_rng(11)
@@ -442,16 +433,7 @@ def test_a_full_file_system_fails_the_write_with_the_cause_and_leaves_no_block(
         with pytest.raises(sporadik.IncompleteError):
             sporadik.describe(disk / "s.zarr")
     finally:
-        _unmount(disk)
-
-
-def _unmount(directory: Path) -> None:
-    """Unmount, waiting for writes still in flight on other threads; detach if they linger."""
-    for _ in range(50):
-        if subprocess.run(["umount", str(directory)], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-    subprocess.run(["umount", "--lazy", str(directory)], check=True)
+        unmount(disk)
 
 
 def test_a_huge_declared_shape_is_refused_before_any_large_allocation(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""xarray reductions of sporadik variables, pushed down to :mod:`sporadik_dask.reduce.reductions`.
+"""xarray reductions of sporadik variables, pushed down to :mod:`sporadik_dask.reduce`.
 
 xarray reduces a variable by handing its whole data to a numpy-style function: a lazily opened
 variable is read in full into one ``sparse.COO`` first, and a chunked one goes through
@@ -67,7 +67,7 @@ def pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
 def _op_of(func: Callable[..., Any] | str) -> str | None:
     from xarray.core import duck_array_ops
 
-    from sporadik_dask.reduce.reductions import OPS
+    from sporadik_dask.reduce.fields import OPS
 
     if isinstance(func, str):
         return func if func in OPS else None
@@ -78,11 +78,11 @@ def _options(op: str | None, dtype: Any, kwargs: dict[str, Any]) -> tuple[str, b
     """The reduction, ``skipna`` and ``ddof`` if computed here; None for xarray's own path."""
     import dask
 
-    from sporadik_dask.reduce import reductions
+    from sporadik_dask.reduce.fields import supported
 
     if not dask.config.get("sporadik.pushdown", True):
         return None
-    if op is None or not reductions.supported(op, np.dtype(dtype)):
+    if op is None or not supported(op, np.dtype(dtype)):
         return None
     extra = set(kwargs) - {"skipna", "ddof", "min_count", "numeric_only"}
     if extra or (kwargs.get("min_count") is not None and op != "sum"):
@@ -98,7 +98,7 @@ def _axes_of(variable: Any, dim: Any, axis: Any) -> tuple[int, ...] | None:
         return None
     if (dim is None and axis is None) or dim is ...:
         return tuple(range(variable.ndim))
-    from sporadik_dask.reduce.reductions import reduced_axes
+    from sporadik_dask.reduce.fields import reduced_axes
 
     if axis is not None:
         return reduced_axes(axis, variable.ndim)
@@ -117,7 +117,8 @@ def _pushed_down(
     kwargs: dict[str, Any],
 ) -> tuple[tuple[Hashable, ...], Any] | None:
     """The reduced dims and data, or None to leave the reduction to xarray."""
-    from sporadik_dask.reduce.reductions import Target, dense_result
+    from sporadik_dask.reduce.results import dense_result
+    from sporadik_dask.reduce.target import Target
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
@@ -162,21 +163,23 @@ def _pushed_data(
     variable: Any, target: Any, op: Any, skipna: bool, ddof: int, *, dense: bool
 ) -> Any:
     """``op`` into ``target`` from the store beneath ``variable``, or None if it has none."""
-    from sporadik_dask.reduce import reductions
+    from sporadik_dask.reduce.blocks import absent_value, reduce_coo, reduce_dask
+    from sporadik_dask.reduce.spans import reduce_store_dask
+    from sporadik_dask.reduce.store import reduce_store
 
     held = variable._data
     if is_read_dask(held):
         source = reader_of(held)
         if isinstance(source, StoreReader):  # still a plain read of the whole store: its runs
             spans = math.prod(held.numblocks)
-            return reductions.reduce_store_dask(
+            return reduce_store_dask(
                 source, op, target, spans, skipna=skipna, ddof=ddof, dense=dense
             )
-        return reductions.reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
+        return reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
     beneath = backend_under(held)
     if beneath.backend is not None and beneath.whole:  # the store's runs, in the view's order
         reader = beneath.backend.reader
-        data = reductions.reduce_store(
+        data = reduce_store(
             reader, op, _in_store(target, beneath.axes), skipna=skipna, ddof=ddof, dense=dense
         )
         return _in_view(data, target, beneath.axes)
@@ -185,14 +188,14 @@ def _pushed_data(
     # the selection, read once as a sparse.COO; or held in memory since a first reduction read
     # it, reduced the same way so that a second reduction gives what the first did
     selected = variable.data
-    if not hasattr(selected, "coords") or reductions.absent_value(selected) is not None:
+    if not hasattr(selected, "coords") or absent_value(selected) is not None:
         return None  # absent cells of another value (after X + 1): xarray's own path
-    return reductions.reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
+    return reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
 
 
 def _in_store(target: Any, axes: tuple[int, ...]) -> Any:
     """``target`` of a view whose axis d is the store's axis ``axes[d]``, in the store's axes."""
-    from sporadik_dask.reduce.reductions import Target
+    from sporadik_dask.reduce.target import Target
 
     if axes == tuple(range(len(axes))):
         return target
@@ -234,7 +237,8 @@ def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_nam
     import xarray as xr
     from xarray import DataArray
 
-    from sporadik_dask.reduce.reductions import Grouping, Target, dense_result
+    from sporadik_dask.reduce.results import dense_result
+    from sporadik_dask.reduce.target import Grouping, Target
 
     obj = groupby._original_obj
     if not isinstance(obj, DataArray) or not is_sporadik_variable(obj.variable):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import re
@@ -482,7 +483,10 @@ def _run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 141
-    except (SporadikError, OSError, EOFError) as error:
+    except OSError as error:
+        print(f"sporadik-dask: {_os_error_line(error, args)}", file=sys.stderr)
+        return 2
+    except (SporadikError, EOFError) as error:
         print(f"sporadik-dask: {_in_flags(_one_line(error))}", file=sys.stderr)
         return 2
     except Exception as error:
@@ -498,6 +502,37 @@ def _run(args: argparse.Namespace) -> int:
         print(f"sporadik-dask: {_one_line(error)} ({_object_store_advice(error)})", file=sys.stderr)
         return 2
     return int(status)
+
+
+#: Errors of the file system a shell user acts on, by errno: what happened, in plain words.
+_FILE_SYSTEM = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+def _os_error_line(error: OSError, args: argparse.Namespace) -> str:
+    """An ``OSError`` as one line: a full disk, a quota or a permission named in plain words with
+    the path it struck (the file's, or the output's when the error names none), and what to do.
+
+    Python's own text says "[Errno 28] No space left on device" and, where zarr writes a chunk
+    through a stream, no path: a user with several disks cannot tell which one filled."""
+    cause = _FILE_SYSTEM.get(error.errno or 0)
+    if isinstance(error, SporadikError) or cause is None:
+        return _in_flags(_one_line(error))
+    where = error.filename or getattr(args, "output", None) or getattr(args, "store", None)
+    at = f" at {where}" if where else ""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        todo = (
+            "nothing was committed; free space there, or write elsewhere, and run again "
+            "(with --overwrite to replace what this run left)"
+        )
+    else:
+        todo = "write where you may, or ask for access"
+    return f"{cause}{at} ({error.strerror or error}); {todo}"
 
 
 def _one_line_warning(message: Any, category: type[Warning], *_: Any, **__: Any) -> str:

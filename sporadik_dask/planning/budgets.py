@@ -81,7 +81,7 @@ TOTALS_BATCH = 64
 #: few tens of MB.
 CHUNKS_AT_ONCE = 64
 
-#: Values :func:`~sporadik_dask.reduce.reductions.reduce_store` reads per batch of runs: a few tens
+#: Values :func:`~sporadik_dask.reduce.store.reduce_store` reads per batch of runs: a few tens
 #: of MB with their coordinates.
 BATCH_VALUES = 2**21
 

@@ -24,7 +24,7 @@ import numpy as np
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
-    from sporadik_dask.reduce.reductions import Op
+    from sporadik_dask.reduce.fields import Op
 
 __all__ = [
     "READ_PREFIX",
@@ -288,7 +288,7 @@ def reduced(
     x: Any, op: Op, axis: Any, *, dtype: Any = None, keepdims: Any = False, out: Any = None
 ) -> Any:
     """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
-    (:func:`~sporadik_dask.reduce.reductions.reduce_store_dask`), a dask array of ``sparse.COO`` as
+    (:func:`~sporadik_dask.reduce.spans.reduce_store_dask`), a dask array of ``sparse.COO`` as
     dask's own; or None to leave it to dask.
 
     ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every
@@ -300,22 +300,25 @@ def reduced(
     import sparse
 
     from sporadik_dask.read.reader import StoreReader
-    from sporadik_dask.reduce import reductions
+    from sporadik_dask.reduce.fields import reduced_axes, refuse_empty, supported
+    from sporadik_dask.reduce.results import dense_result
+    from sporadik_dask.reduce.spans import reduce_store_dask
+    from sporadik_dask.reduce.target import Target
 
     source = reader_of(x)
     if not isinstance(source, StoreReader) or axis is None or dtype is not None or keepdims:
         return None
-    if out is not None or not reductions.supported(op, np.dtype(x.dtype)):
+    if out is not None or not supported(op, np.dtype(x.dtype)):
         return None
-    axes = reductions.reduced_axes(axis, x.ndim)
+    axes = reduced_axes(axis, x.ndim)
     if len(axes) in (0, x.ndim):
         return None
-    reductions.refuse_empty(op, x.shape, axes)
-    target = reductions.Target(tuple(x.shape), axes)
-    dense = reductions.dense_result(target, op)
+    refuse_empty(op, x.shape, axes)
+    target = Target(tuple(x.shape), axes)
+    dense = dense_result(target, op)
     if dense is None:
         return None
-    result = reductions.reduce_store_dask(
+    result = reduce_store_dask(
         source, op, target, math.prod(x.numblocks), skipna=False, dense=dense
     )
     if not dense:

@@ -1,8 +1,8 @@
 """The reductions' dask graphs: a tree of tasks merging fields, over a store's spans of runs or a
 dask array's blocks, and dask's own tree over blocks whose fields are any object.
 
-The numeric kernels live in :mod:`sporadik_dask.reduce.reductions` and come in as calls (a
-function and its leading arguments), so this module never imports that one. Each builder names
+The numeric kernels live in the other modules of :mod:`sporadik_dask.reduce` and come in as
+calls (a function and its leading arguments), so this module never imports them. Each builder names
 its layer by a token of everything its tasks depend on and hands it to a pure planner
 (:func:`_tree_reduction`, :func:`_block_leaves`), so tests read the keys without computing.
 """

@@ -155,6 +155,7 @@ def stage_split(
             kept = np.cumsum(used, dtype=np.int32) - 1
             np.save(_staged(staging, "codes", index, column), kept[codes])
             names[column] = array.dictionary.filter(used)
+            _save_names(_staged_names(staging, "names", index, column), names[column])
         else:
             np.save(_staged(staging, "codes", index, column), array.to_numpy())
     return names
@@ -164,11 +165,32 @@ def _staged(staging: str, kind: str, index: int, column: str | None = None) -> P
     return Path(staging) / f"{kind}-{index:06d}{f'-{column}' if column else ''}.npy"
 
 
+def _staged_names(staging: str, kind: str, index: int | None, column: str) -> Path:
+    """Where names are staged: a split's own (``index``), or an axis's united (None)."""
+    return Path(staging) / f"{kind}-{'all' if index is None else f'{index:06d}'}-{column}.arrow"
+
+
+def _save_names(path: Path, names: Any) -> None:
+    """Stage a pyarrow array of names as an Arrow IPC file, read back without a copy."""
+    import pyarrow as pa
+
+    table = pa.table({"name": names})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _load_names(path: Path) -> Any:
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()["name"].combine_chunks()
+
+
 def bucket_split(
     index: int,
     columns: Sequence[str],
     values: str | None,
-    maps: dict[str, npt.NDArray[np.int64]],
+    labelled: Sequence[str],
     shape: Sequence[int],
     starts: npt.NDArray[np.int64],
     staging: str,
@@ -176,6 +198,9 @@ def bucket_split(
     """Pass 2: one split's rows as positions, sorted by block, staged; returns where each block's
     rows start in it (and the row count last).
 
+    A split's names are looked up among the axis's united names here, both read from staging:
+    handed in by the client, the lookup tables of every split would sit in the graph, which then
+    grew with splits x names (190 MiB at 40 M rows and 1 M cells) where it now stays a few KiB.
     Integer coordinates are positions already, and are checked against the shape here, since a
     position past its axis would be counted where it does not exist.
     """
@@ -184,8 +209,13 @@ def bucket_split(
     coords = []
     for axis, column in enumerate(columns):
         codes = np.load(_staged(staging, "codes", index, column))
-        if column in maps:
-            coords.append(maps[column][codes])
+        if column in labelled:
+            own = _staged_names(staging, "names", index, column)
+            found = _positions(
+                _load_names(_staged_names(staging, "labels", None, column)), _load_names(own)
+            )
+            own.unlink()
+            coords.append(found[codes])
             continue
         size = int(shape[axis])
         if codes.size and (int(codes.min()) < 0 or int(codes.max()) >= size):
@@ -309,6 +339,8 @@ def parquet_source(
         ]
     )
     united = {name: _united([names[name] for names in found]) for name in labelled}
+    for name, names in united.items():
+        _save_names(_staged_names(where, "labels", None, name), names)
     labels = {
         name: np.asarray(u.to_numpy(zero_copy_only=False), dtype=str) for name, u in united.items()
     }
@@ -323,16 +355,8 @@ def parquet_source(
     edges = np.stack(
         dask.compute(
             *[
-                bucket(
-                    i,
-                    tuple(columns),
-                    values,
-                    {n: _positions(united[n], names[n]) for n in labelled},
-                    sizes,
-                    starts,
-                    where,
-                )
-                for i, names in enumerate(found)
+                bucket(i, tuple(columns), values, tuple(labelled), sizes, starts, where)
+                for i in range(len(found))
             ]
         )
     )

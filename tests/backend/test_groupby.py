@@ -215,7 +215,7 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
     route for those), and a group's cells in several batches."""
     import dask
 
-    from sporadik_dask.reduce import reductions
+    from sporadik_dask.reduce import prefetch
 
     dense, axis, labels, (chunks, _) = case
     dims = tuple(f"d{k}" for k in range(dense.ndim))
@@ -235,7 +235,7 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
         raw[(indicator @ nans) > 0] = np.nan  # skipna=False: a NaN among a cell's values
         budgets = {"sporadik.dense-result-cells": 0}
         with dask.config.set(budgets), pytest.MonkeyPatch.context() as patch:
-            patch.setattr(reductions, "BATCH_VALUES", batch)
+            patch.setattr(prefetch, "BATCH_VALUES", batch)
             for op, skipna, flat in (("sum", None, sums), ("mean", None, means),
                                      ("sum", False, raw)):  # fmt: skip
                 result = getattr(counts.groupby("kind"), op)(skipna=skipna)

@@ -222,22 +222,23 @@ def test_reductions_after_an_op_that_fills_absent_cells_count_them(
 
 
 def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values() -> None:
-    from sporadik_dask.reduce import reductions
+    from sporadik_dask.reduce.blocks import block_fields
+    from sporadik_dask.reduce.fields import finish
 
     dense = np.array([[0.0, 2.0], [0.0, 0.0], [3.0, 0.0]])
     block = sparse.COO.from_numpy(dense) + 1.0  # absent cells hold 1
     assert block.fill_value == 1.0
-    fields = reductions.block_fields(block, "sum", skipna=True, axis=(0,))
+    fields = block_fields(block, "sum", skipna=True, axis=(0,))
     np.testing.assert_allclose(fields["total"].ravel(), (dense + 1.0).sum(axis=0))
     for op in ("max", "min", "mean", "var"):
-        stored = reductions.block_fields(block, op, skipna=True, axis=(0,))
+        stored = block_fields(block, op, skipna=True, axis=(0,))
         fields = {name: array.ravel() for name, array in stored.items()}
-        got = reductions.finish(op, fields, 3, np.dtype(np.float64), skipna=True)
+        got = finish(op, fields, 3, np.dtype(np.float64), skipna=True)
         np.testing.assert_allclose(got, getattr(np, op)(dense + 1.0, axis=0))
     with np.errstate(divide="ignore"):
         logged = np.log(sparse.COO.from_numpy(np.array([[1.0, 2.0], [0.0, 3.0]])))
     assert logged.fill_value == -np.inf  # the second column is stored whole: it adds no -inf
-    fields = reductions.block_fields(logged, "sum", skipna=True, axis=(0,))
+    fields = block_fields(logged, "sum", skipna=True, axis=(0,))
     np.testing.assert_allclose(fields["total"].ravel(), [-np.inf, np.log(6.0)])
 
 

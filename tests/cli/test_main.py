@@ -25,7 +25,7 @@ import zarr
 
 import sporadik_dask as sd
 from sporadik_dask.cli.main import main
-from tests.helpers import S3Bucket, random_dense, stored, write_reference
+from tests.helpers import S3Bucket, mount_tmpfs, random_dense, stored, unmount, write_reference
 
 
 def read_back(path: Path) -> npt.NDArray[Any]:
@@ -617,3 +617,30 @@ def test_an_object_store_that_does_not_answer_is_called_down_not_a_credential_pr
     err = capsys.readouterr().err
     assert "did not answer" in err and "credentials" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_full_disk_is_named_with_its_path_and_the_torn_store_is_replaced_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real file system (tmpfs, 1 MiB) fills up during convert: one line saying the disk is
+    full and where, exit 2, and once there is room the same location takes --overwrite."""
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk, "1m"):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    try:
+        rng = np.random.default_rng(5)
+        dense = rng.random((1000, 500)) * (rng.random((1000, 500)) < 0.5)  # ~4 MB of chunks
+        source = tmp_path / "m.npz"
+        sp.save_npz(source, sp.csr_matrix(dense))
+        output = disk / "s.zarr"
+        assert main(["convert", str(source), str(output), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"sporadik-dask: disk full at {output}"), err
+        assert "\n" not in err and "--overwrite" in err
+        with pytest.raises(sd.IncompleteError):
+            sd.describe(output)
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        assert main(["convert", str(source), str(output), "--quiet", "--overwrite"]) == 0
+        np.testing.assert_array_equal(read_back(output), dense)
+    finally:
+        unmount(disk)

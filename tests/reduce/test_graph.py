@@ -11,7 +11,11 @@ import numpy as np
 import sparse
 
 import sporadik_dask as sd
-from sporadik_dask.reduce import graph, reductions
+from sporadik_dask.reduce import graph
+from sporadik_dask.reduce.blocks import reduce_dask
+from sporadik_dask.reduce.fields import Op
+from sporadik_dask.reduce.spans import reduce_store_dask
+from sporadik_dask.reduce.target import Grouping, Target
 from tests.helpers import random_dense
 
 
@@ -19,13 +23,13 @@ def _keys(x: da.Array) -> set[Any]:
     return set(x.__dask_graph__().keys())
 
 
-def _target(shape: tuple[int, ...], seed: int | None = None) -> reductions.Target:
+def _target(shape: tuple[int, ...], seed: int | None = None) -> Target:
     """The target of a reduction over axis 1 of ``shape``, grouping axis 0 by ``seed``'s codes
     (not grouped when ``seed`` is None)."""
     if seed is None:
-        return reductions.Target(shape, (1,))
+        return Target(shape, (1,))
     codes = np.random.default_rng(seed).integers(-1, 3, shape[0])
-    return reductions.Target(shape, (1,), reductions.Grouping(0, codes, 3))
+    return Target(shape, (1,), Grouping(0, codes, 3))
 
 
 def test_store_reductions_of_two_stores_or_groupings_share_no_key(tmp_path: Path) -> None:
@@ -35,9 +39,9 @@ def test_store_reductions_of_two_stores_or_groupings_share_no_key(tmp_path: Path
         sd.to_sporadik(dense, tmp_path / f"{i}.zarr", chunk=16)
         readers.append(sd.StoreReader(tmp_path / f"{i}.zarr"))
 
-    def reduced(reader: sd.StoreReader, seed: int | None, op: reductions.Op = "sum") -> set[Any]:
+    def reduced(reader: sd.StoreReader, seed: int | None, op: Op = "sum") -> set[Any]:
         target = _target((40, 30), seed)
-        return _keys(reductions.reduce_store_dask(reader, op, target, 3, skipna=True))
+        return _keys(reduce_store_dask(reader, op, target, 3, skipna=True))
 
     first = reduced(readers[0], 0)
     assert first == reduced(readers[0], 0)  # the same reduction twice: the same keys
@@ -53,7 +57,7 @@ def test_grouped_reductions_of_two_arrays_or_groupings_share_no_key_beyond_their
 
     def built(array: da.Array, seed: int, dense: bool = True) -> set[Any]:
         target = _target((40, 30), seed)
-        reduced = reductions.reduce_dask(array, "sum", target, skipna=True, dense=dense)
+        reduced = reduce_dask(array, "sum", target, skipna=True, dense=dense)
         return _keys(reduced) - _keys(array)
 
     first = built(x, 0)

@@ -14,7 +14,14 @@ import numpy.typing as npt
 import pytest
 import sparse
 
-from sporadik_dask.reduce import reductions
+from sporadik_dask.reduce import disjoint, prefetch
+from sporadik_dask.reduce.blocks import reduce_coo, reduce_dask
+from sporadik_dask.reduce.fields import OPS, Op, supported
+from sporadik_dask.reduce.layout import layout_for
+from sporadik_dask.reduce.spans import reduce_store_dask
+from sporadik_dask.reduce.sparse_fields import SPARSE_OPS
+from sporadik_dask.reduce.store import reduce_store
+from sporadik_dask.reduce.target import Grouping, Target
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]
 AXES = [(0,), (1,), (2,), (0, 2), (0, 1, 2)]
@@ -38,11 +45,11 @@ def _dense(dtype: Any) -> npt.NDArray[Any]:
 
 @pytest.mark.parametrize("skipna", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
-@pytest.mark.parametrize("op", reductions.OPS)
+@pytest.mark.parametrize("op", OPS)
 def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the_dense_array(
-    op: reductions.Op, dtype: Any, skipna: bool
+    op: Op, dtype: Any, skipna: bool
 ) -> None:
-    if not reductions.supported(op, np.dtype(dtype)):
+    if not supported(op, np.dtype(dtype)):
         pytest.skip(f"{op} of {np.dtype(dtype)} takes xarray's own path")
     dense = _dense(dtype)
     coo = sparse.COO.from_numpy(dense)
@@ -51,9 +58,9 @@ def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             expected = np.asarray(_numpy(op, skipna)(dense, axis=axes))
-            target = reductions.Target(dense.shape, axes)
-            from_coords = reductions.reduce_coo(coo, op, target, skipna=skipna)
-            from_blocks = reductions.reduce_dask(blocks, op, target, skipna=skipna).compute()
+            target = Target(dense.shape, axes)
+            from_coords = reduce_coo(coo, op, target, skipna=skipna)
+            from_blocks = reduce_dask(blocks, op, target, skipna=skipna).compute()
         for got in (from_coords, from_blocks):
             assert got.shape == expected.shape
             if op != "count":
@@ -67,9 +74,7 @@ def test_every_reduction_of_coordinates_and_of_dask_blocks_equals_numpy_over_the
 def test_a_dask_reduction_builds_no_dense_block_and_keeps_its_result_small() -> None:
     coo = sparse.random((4000, 3000), density=0.001, random_state=0, format="coo")
     blocks = da.from_array(coo, chunks=(500, 3000), asarray=False)
-    result = reductions.reduce_dask(
-        blocks, "mean", reductions.Target((4000, 3000), (0,)), skipna=True
-    )
+    result = reduce_dask(blocks, "mean", Target((4000, 3000), (0,)), skipna=True)
     assert isinstance(result._meta, np.ndarray) and result.shape == (3000,)
     np.testing.assert_allclose(result.compute(), coo.todense().mean(axis=0))
 
@@ -77,18 +82,18 @@ def test_a_dask_reduction_builds_no_dense_block_and_keeps_its_result_small() -> 
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "count", "var"])
 @pytest.mark.parametrize("grouped", [0, 1, 2])
 def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
-    op: reductions.Op, grouped: int
+    op: Op, grouped: int
 ) -> None:
     dense = _dense(np.float32)
     rng = np.random.default_rng(3)
     size = int(dense.shape[grouped])
     codes = rng.integers(-1, 4, size)  # -1: a position in no group
     codes[:4] = np.arange(4)  # every group has a member
-    grouping = reductions.Grouping(grouped, codes, 4)
+    grouping = Grouping(grouped, codes, 4)
     coo = sparse.COO.from_numpy(dense)
     blocks = da.from_array(coo, chunks=(7, 6, 5), asarray=False)
     for others in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
-        target = reductions.Target(dense.shape, others, grouping)
+        target = Target(dense.shape, others, grouping)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             expected = np.stack(
@@ -102,8 +107,8 @@ def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
                 axis=[a for a in range(3) if a not in others].index(grouped),
             )
             for got in (
-                reductions.reduce_coo(coo, op, target, skipna=True),
-                reductions.reduce_dask(blocks, op, target, skipna=True).compute(),
+                reduce_coo(coo, op, target, skipna=True),
+                reduce_dask(blocks, op, target, skipna=True).compute(),
             ):
                 assert got.shape == expected.shape
                 np.testing.assert_allclose(
@@ -113,12 +118,12 @@ def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
 
 @pytest.mark.parametrize("block", [40, 400], ids=["sorted runs", "accumulated runs"])
 @pytest.mark.parametrize("skipna", [True, False])
-@pytest.mark.parametrize("op", reductions.SPARSE_OPS)
+@pytest.mark.parametrize("op", SPARSE_OPS)
 @pytest.mark.parametrize("grouped", [0, 1, 2])
 def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_dense_one(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    op: reductions.Op,
+    op: Op,
     grouped: int,
     skipna: bool,
     block: int,
@@ -137,15 +142,15 @@ def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_den
     groups = min(6, dense.shape[grouped] - 1)
     codes = rng.integers(-1, groups, dense.shape[grouped])
     codes[:groups] = np.arange(groups)  # every group has a member, as xarray's groups do
-    grouping = reductions.Grouping(grouped, codes, groups)
-    monkeypatch.setattr(reductions, "SPARSE_BATCH_CELLS", block)
-    monkeypatch.setattr(reductions, "BATCH_VALUES", 50)
+    grouping = Grouping(grouped, codes, groups)
+    monkeypatch.setattr(disjoint, "SPARSE_BATCH_CELLS", block)
+    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)
     for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
-        target = reductions.Target(dense.shape, reduced, grouping)
+        target = Target(dense.shape, reduced, grouping)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            expected = reductions.reduce_store(reader, op, target, skipna=skipna)
-            got = reductions.reduce_store(reader, op, target, skipna=skipna, dense=False)
+            expected = reduce_store(reader, op, target, skipna=skipna)
+            got = reduce_store(reader, op, target, skipna=skipna, dense=False)
         assert isinstance(got, sparse.COO) and got.dtype == expected.dtype
         np.testing.assert_allclose(got.todense(), expected, rtol=2e-5, equal_nan=True)
 
@@ -157,8 +162,8 @@ def _store_reduces_as_coordinates(
     shape."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        expected = reductions.reduce_coo(coo, op, target, skipna=skipna)
-        got = reductions.reduce_store(reader, op, target, skipna=skipna)
+        expected = reduce_coo(coo, op, target, skipna=skipna)
+        got = reduce_store(reader, op, target, skipna=skipna)
     assert got.dtype == expected.dtype and got.shape == expected.shape
     np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
 
@@ -176,17 +181,17 @@ def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coor
     dense = _dense(dtype)
     reader = StoreReader(write_reference(tmp_path / "s.zarr", dense, orders, chunk=16))
     coo = sparse.COO.from_numpy(dense)
-    monkeypatch.setattr(reductions, "BATCH_VALUES", 50)  # many batches, each added in place
+    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)  # many batches, each added in place
     codes = np.random.default_rng(2).integers(-1, 3, 30)
     codes[:3] = np.arange(3)
-    groupings = [None, reductions.Grouping(0, codes, 3), reductions.Grouping(2, codes[:5] % 2, 2)]
-    for op in reductions.OPS:
-        if not reductions.supported(op, np.dtype(dtype)):
+    groupings = [None, Grouping(0, codes, 3), Grouping(2, codes[:5] % 2, 2)]
+    for op in OPS:
+        if not supported(op, np.dtype(dtype)):
             continue
         for axes, grouping, skipna in itertools.product([(), *AXES], groupings, [True, False]):
             if (grouping is None and not axes) or (grouping and grouping.axis in axes):
                 continue
-            target = reductions.Target(dense.shape, axes, grouping)
+            target = Target(dense.shape, axes, grouping)
             _store_reduces_as_coordinates(reader, coo, op, target, skipna)
 
 
@@ -203,13 +208,13 @@ def test_a_dense_group_pass_over_the_layout_indexed_by_the_grouped_axis_equals_t
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)})
     reader = StoreReader(path)
     coo = sparse.COO.from_numpy(dense)
-    monkeypatch.setattr(reductions, "BATCH_VALUES", 50)
+    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)
     codes = np.random.default_rng(3).integers(-1, 3, 30)
     codes[:3] = np.arange(3)
-    target = reductions.Target(dense.shape, (), reductions.Grouping(0, codes, 3))
-    assert reductions._layout_for(reader, target).indexed_axis == 1
-    for op, skipna in itertools.product(reductions.OPS, [True, False]):
-        if not reductions.supported(op, np.dtype(dtype)):
+    target = Target(dense.shape, (), Grouping(0, codes, 3))
+    assert layout_for(reader, target).indexed_axis == 1
+    for op, skipna in itertools.product(OPS, [True, False]):
+        if not supported(op, np.dtype(dtype)):
             continue
         _store_reduces_as_coordinates(reader, coo, op, target, skipna)
     import zarr
@@ -218,7 +223,7 @@ def test_a_dense_group_pass_over_the_layout_indexed_by_the_grouped_axis_equals_t
 
     zarr.open_array(path / "layouts" / "axis1" / "indices", mode="r+")[3] = 31  # past 30 rows
     with pytest.raises(LayoutError, match="31"):  # checked before it is looked up
-        reductions.reduce_store(StoreReader(path), "sum", target, skipna=True)
+        reduce_store(StoreReader(path), "sum", target, skipna=True)
 
 
 def test_a_stored_index_past_its_axis_fails_a_pass_with_a_layout_error_not_a_crash(
@@ -235,17 +240,15 @@ def test_a_stored_index_past_its_axis_fails_a_pass_with_a_layout_error_not_a_cra
     indices = zarr.open_array(path / "layouts" / "axis0" / "indices", mode="r+")
     indices[3] = 20 * 5 + 7  # past the 20 x 5 cells a run of axis 0 can reach
     reader = StoreReader(path)
-    grouping = reductions.Grouping(0, np.arange(30) % 4, 4)
+    grouping = Grouping(0, np.arange(30) % 4, 4)
     with pytest.raises(LayoutError, match="107"):  # the one-pass adder never writes past its cells
-        reductions.reduce_store(
-            reader, "sum", reductions.Target(dense.shape, (), grouping), skipna=True
-        )
+        reduce_store(reader, "sum", Target(dense.shape, (), grouping), skipna=True)
 
 
-@pytest.mark.parametrize("op", reductions.SPARSE_OPS)
+@pytest.mark.parametrize("op", SPARSE_OPS)
 @pytest.mark.parametrize("grouped", [0, 1, 2])
 def test_a_sparse_reduction_of_a_store_in_many_spans_equals_the_dense_one(
-    tmp_path: Path, op: reductions.Op, grouped: int
+    tmp_path: Path, op: Op, grouped: int
 ) -> None:
     """Spans' fields (laid into the result where they share no cell, added in a tree where they
     may) give the one-pass dense result."""
@@ -258,11 +261,11 @@ def test_a_sparse_reduction_of_a_store_in_many_spans_equals_the_dense_one(
     reader = StoreReader(path)
     codes = np.random.default_rng(6).integers(-1, 3, int(dense.shape[grouped]))
     codes[:3] = np.arange(3)
-    grouping = reductions.Grouping(grouped, codes, 3)
+    grouping = Grouping(grouped, codes, 3)
     for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
-        target = reductions.Target(dense.shape, reduced, grouping)
-        expected = reductions.reduce_store(reader, op, target, skipna=True)
-        spans = reductions.reduce_store_dask(reader, op, target, 7, skipna=True, dense=False)
+        target = Target(dense.shape, reduced, grouping)
+        expected = reduce_store(reader, op, target, skipna=True)
+        spans = reduce_store_dask(reader, op, target, 7, skipna=True, dense=False)
         leaves = [
             k for k in spans.dask if isinstance(k, tuple) and k[0].startswith(f"sporadik-{op}")
         ]
