@@ -5,11 +5,11 @@
         --annbatch-python /path/to/a/python3.12/venv/bin/python
 
 Every reader runs in a process of its own, so its peak RSS is its own. Each reads batches of
-``--batch-size`` random cells; the clock starts once the first batch is in (imports, compiled
-kernels, the first read) and runs over the rest of the epoch (``--slow-batches`` batches for the
-routes too slow for a whole one). annbatch 0.3 (Python >= 3.12, so in its own environment) reads
-its own pre-shuffled copy, built from the same matrix written as h5ad by its
-``DatasetCollection.add_adatas``, whose build time is reported apart. Results replace the section
+``--batch-size`` random cells: one batch to warm up (imports, compiled kernels), then a whole
+epoch timed from its start (``--slow-batches`` batches for the routes too slow for a whole
+one). annbatch 0.3 (Python >= 3.12, so in its own environment) reads its own pre-shuffled
+copy, built from the same matrix written as h5ad by its ``DatasetCollection.add_adatas``, whose
+build time is reported apart. Results replace the section
 between this script's markers in ``docs/benchmarks.md``.
 """
 
@@ -42,47 +42,65 @@ print(time.perf_counter() - started)
 
 #: Run by annbatch's Python: batches of its loader over the collection, at its default buffer.
 ANNBATCH_READ = """
-import json, resource, sys, time
+import json, sys, time
+from pathlib import Path
 from annbatch import DatasetCollection, Loader
 collection = DatasetCollection(sys.argv[1], mode="r")
 loader = Loader(batch_size=int(sys.argv[2]), shuffle=True, preload_to_gpu=False)
 loader.use_collection(collection)
+for batch in loader:  # warm up, as ours do
+    break
 started, cells, first = time.perf_counter(), 0, None
 for batch in loader:
-    if first is None:
-        first = time.perf_counter()
-        continue
+    first = time.perf_counter() - started if first is None else first
     cells += batch["X"].shape[0]
-seconds = time.perf_counter() - first
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"cells": cells, "s": seconds, "first": first - started, "peak": peak}))
+seconds = time.perf_counter() - started
+status = Path("/proc/self/status").read_text().splitlines()
+peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+print(json.dumps({"cells": cells, "s": seconds, "first": first, "peak": peak}))
 """
 
 
 def _timed(batches: Any, limit: int | None) -> dict[str, float]:
-    """Cells per second over ``batches`` after the first, in this process; its peak RSS."""
-    import resource
-
+    """Cells per second over an epoch of ``batches`` (an iterable, each iteration an epoch),
+    after a first batch of another to warm imports and compiled kernels; its first batch's
+    seconds, and this process's peak RSS."""
+    for _ in batches:
+        break
     started, cells, first = time.perf_counter(), 0, 0.0
     for count, batch in enumerate(batches):
         if count == 0:
-            first = time.perf_counter()
-            continue
+            first = time.perf_counter() - started
         cells += batch.shape[0] if hasattr(batch, "shape") else batch.positions.size
-        if limit is not None and count >= limit:
+        if limit is not None and count + 1 >= limit:
             break
-    seconds = time.perf_counter() - first
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"cells": cells, "s": seconds, "first": first - started, "peak": peak}
+    seconds = time.perf_counter() - started
+    return {"cells": cells, "s": seconds, "first": first, "peak": _peak()}
 
 
-def _random_batches(size: int, batch_size: int, read: Any) -> Any:
-    """``read(sorted positions)`` for batch after batch of a uniform random permutation."""
-    import numpy as np
+def _peak() -> int:
+    """This process's peak RSS in bytes: ``VmHWM``, which an exec resets (``ru_maxrss`` keeps
+    the parent's, which holds the whole matrix)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
-    order = np.random.default_rng(0).permutation(size)
-    for at in range(0, size, batch_size):
-        yield read(np.sort(order[at : at + batch_size]))
+
+class _Epochs:
+    """``read(sorted positions)`` for batch after batch of a uniform random permutation, a new
+    one each iteration."""
+
+    def __init__(self, size: int, batch_size: int, read: Any) -> None:
+        self.size, self.batch_size, self.read, self.epoch = size, batch_size, read, 0
+
+    def __iter__(self) -> Any:
+        import numpy as np
+
+        order = np.random.default_rng(self.epoch).permutation(self.size)
+        self.epoch += 1
+        for at in range(0, self.size, self.batch_size):
+            yield self.read(np.sort(order[at : at + self.batch_size]))
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
@@ -99,17 +117,17 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             seed=0,
             window=int(window[0]) if window else None,
         )
-        return _timed(batches, None)
+        return _timed(batches, args.slow_batches if window == ["1"] else None)
     if args.measure == "from_sporadik":
         x = sd.from_sporadik(store, axis=0)
-        read = _random_batches(size, args.batch_size, lambda p: x[p].compute())
+        read = _Epochs(size, args.batch_size, lambda p: x[p].compute())
         return _timed(read, args.slow_batches)
     if args.measure == "anndata":
         import zarr
         from anndata.experimental import read_elem_lazy
 
         lazy = read_elem_lazy(zarr.open_group(store, mode="r")["layouts/axis0"])
-        read = _random_batches(size, args.batch_size, lambda p: lazy[p].compute())
+        read = _Epochs(size, args.batch_size, lambda p: lazy[p].compute())
         return _timed(read, args.slow_batches)
     raise SystemExit(f"unknown reader {args.measure!r}")
 
@@ -206,11 +224,13 @@ def _lines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
         f"{args.cells:,} cells x {args.genes:,} genes, {results['nnz']:,} values "
         "(`sporadik_dask.synthetic`, seed 0), our store as `to_sporadik` writes it for analysis "
         f"(both layouts, default chunks). Batches of {args.batch_size} cells; each reader in a "
-        "process of its own, timed from its first batch to the end of the epoch (the slow routes "
-        f"over {args.slow_batches} batches), *peak* its process's peak RSS. *uniform*: an exactly "
+        "process of its own, one batch to warm up, then an epoch timed whole (the slow routes "
+        f"over {args.slow_batches} batches), *first batch* that epoch's wait for its first, "
+        "*peak* its process's peak RSS. *uniform*: an exactly "
         "uniform random permutation; *spans*: spans of 64 neighbouring cells in random order, "
         "mixed within a window of batches; *window 64*: 16,384 cells read together, annbatch's "
-        "default buffer (512-cell chunks, 32 preloaded); *window 1*: each batch read alone.",
+        "default buffer (512-cell chunks, 32 preloaded); *window 1*: each batch read alone "
+        f"(over {args.slow_batches} batches).",
         "",
         "| reader | route | cells/s | first batch s | peak MiB | notes |",
         "|---|---|---|---|---|---|",
@@ -234,7 +254,8 @@ def _lines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
         row("anndata", "`read_elem_lazy(...)[sorted batch].compute()`", results["anndata"]),
         "",
         f"Through the latency proxy ({args.delay * 1000:.0f} ms a request, "
-        f"{args.bandwidth / 1e6:.0f} MB/s a body), a store of {args.proxy_cells:,} cells written "
+        f"{args.bandwidth / 1e6:.0f} MB/s a body; requests and waves include the warm-up batch's), "
+        f"a store of {args.proxy_cells:,} cells written "
         f"sharded ({args.shard:,} values per object) to a moto server on loopback:",
         "",
         "| reader | route | cells/s | first batch s | peak MiB | requests, waves |",
@@ -252,7 +273,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=100_000)
     parser.add_argument("--genes", type=int, default=20_000)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--slow-batches", type=int, default=20)
+    parser.add_argument("--slow-batches", type=int, default=40)
     parser.add_argument("--proxy-cells", type=int, default=30_000)
     parser.add_argument("--shard", type=int, default=1 << 20)
     parser.add_argument("--delay", type=float, default=0.02)
