@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,7 @@ print(time.perf_counter() - started)
 
 #: Run by annbatch's Python: batches of its loader over the collection, at its default buffer.
 ANNBATCH_READ = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 from annbatch import DatasetCollection, Loader
 collection = DatasetCollection(sys.argv[1], mode="r")
@@ -50,24 +51,26 @@ loader = Loader(batch_size=int(sys.argv[2]), shuffle=True, preload_to_gpu=False)
 loader.use_collection(collection)
 for batch in loader:  # warm up, as ours do
     break
-started, cells, first = time.perf_counter(), 0, None
+started, cells, first, cpu = time.perf_counter(), 0, None, os.times()
 for batch in loader:
     first = time.perf_counter() - started if first is None else first
     cells += batch["X"].shape[0]
 seconds = time.perf_counter() - started
+cpu = sum(os.times()[:2]) - sum(cpu[:2])
 status = Path("/proc/self/status").read_text().splitlines()
 peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
-print(json.dumps({"cells": cells, "s": seconds, "first": first, "peak": peak}))
+print(json.dumps({"cells": cells, "s": seconds, "cpu": cpu, "first": first, "peak": peak}))
 """
 
 
 def _timed(batches: Any, limit: int | None) -> dict[str, float]:
     """Cells per second over an epoch of ``batches`` (an iterable, each iteration an epoch),
     after a first batch of another to warm imports and compiled kernels; its first batch's
-    seconds, and this process's peak RSS."""
+    seconds, its CPU seconds (user and system, every thread: what a machine shared with other
+    work changes least), and this process's peak RSS."""
     for _ in batches:
         break
-    started, cells, first = time.perf_counter(), 0, 0.0
+    started, cells, first, cpu = time.perf_counter(), 0, 0.0, os.times()
     for count, batch in enumerate(batches):
         if count == 0:
             first = time.perf_counter() - started
@@ -75,7 +78,8 @@ def _timed(batches: Any, limit: int | None) -> dict[str, float]:
         if limit is not None and count + 1 >= limit:
             break
     seconds = time.perf_counter() - started
-    return {"cells": cells, "s": seconds, "first": first, "peak": _peak()}
+    used = sum(os.times()[:2]) - sum(cpu[:2])
+    return {"cells": cells, "s": seconds, "cpu": used, "first": first, "peak": _peak()}
 
 
 def _peak() -> int:
@@ -85,6 +89,20 @@ def _peak() -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _draws(batches: Any) -> float:
+    """Independent draws a batch holds, on average over an epoch: the spans it mixes (its
+    positions' distinct ``position // span``), which for a uniform shuffle is every position.
+    Where neighbouring cells are alike (one sample, one cell type), a batch varies as much as
+    that many cells drawn at random, not as its size."""
+    import numpy as np
+
+    if batches.shuffle == "uniform":
+        return float(batches.batch_size)
+    order = batches.plan(0).order // batches.span
+    cuts = range(0, order.size, batches.batch_size)
+    return float(np.mean([np.unique(order[at : at + batches.batch_size]).size for at in cuts]))
 
 
 class _Epochs:
@@ -109,15 +127,17 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
     store, size = args.store, args.cells
     if args.measure.startswith("ours"):
-        _, shuffle, *window = args.measure.split(":")
+        _, shuffle, window, span = [*args.measure.split(":"), "", ""][:4]
         batches = sd.Minibatches(
             store,
             batch_size=args.batch_size,
             shuffle=shuffle,  # type: ignore[arg-type]
             seed=0,
-            window=int(window[0]) if window else None,
+            window=int(window) if window else None,
+            span=int(span) if span else 64,
         )
-        return _timed(batches, args.slow_batches if window == ["1"] else None)
+        found = _timed(batches, args.slow_batches if window == "1" else None)
+        return {**found, "draws": _draws(batches)}
     if args.measure == "from_sporadik":
         x = sd.from_sporadik(store, axis=0)
         read = _Epochs(size, args.batch_size, lambda p: x[p].compute())
@@ -178,7 +198,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         store = Path(work) / "counts.zarr"
         x = xr.DataArray(counts_matrix(cells=args.cells, genes=args.genes), dims=("cell", "gene"))
         results["nnz"] = sd.to_sporadik(x.rename("counts"), store).nnz
-        readers = ["ours:uniform", "ours:spans", "ours:uniform:64", "ours:uniform:1"]
+        readers = ["ours:uniform", "ours:spans", "ours:spans::512", "ours:uniform:64"]
+        readers += ["ours:uniform:1"]
         readers += ["from_sporadik", "anndata"]
         for name in readers:
             results[name] = _child(args, name, store)
@@ -206,10 +227,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _lines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
     def row(reader: str, route: str, found: dict[str, Any], extra: str = "") -> str:
-        rate = found["cells"] / found["s"]
+        rate, per_cpu = found["cells"] / found["s"], found["cells"] / found["cpu"]
+        draws = found.get("draws", args.batch_size)
         return (
-            f"| {reader} | {route} | {rate:,.0f} | {found['first']:.2f} | "
-            f"{found['peak'] / 2**20:,.0f} | {extra} |"
+            f"| {reader} | {route} | {rate:,.0f} | {per_cpu:,.0f} | {draws:,.0f} | "
+            f"{found['first']:.2f} | {found['peak'] / 2**20:,.0f} | {extra} |"
+        )
+
+    def proxied(route: str, found: dict[str, Any]) -> str:
+        rate, waves = found["cells"] / found["s"], f"{found['requests']:,}, {found['waves']:,}"
+        return (
+            f"| ours | {route} | {rate:,.0f} | {found['first']:.2f} | "
+            f"{found['peak'] / 2**20:,.0f} | {waves} |"
         )
 
     command = (
@@ -225,17 +254,22 @@ def _lines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
         "(`sporadik_dask.synthetic`, seed 0), our store as `to_sporadik` writes it for analysis "
         f"(both layouts, default chunks). Batches of {args.batch_size} cells; each reader in a "
         "process of its own, one batch to warm up, then an epoch timed whole (the slow routes "
-        f"over {args.slow_batches} batches), *first batch* that epoch's wait for its first, "
-        "*peak* its process's peak RSS. *uniform*: an exactly "
-        "uniform random permutation; *spans*: spans of 64 neighbouring cells in random order, "
-        "mixed within a window of batches; *window 64*: 16,384 cells read together, annbatch's "
-        "default buffer (512-cell chunks, 32 preloaded); *window 1*: each batch read alone "
-        f"(over {args.slow_batches} batches).",
+        f"over {args.slow_batches} batches). *cells/CPU-s*: cells over the CPU seconds the "
+        "process used meanwhile (all its threads), which other work on the machine changes "
+        "less than the clock. *draws*: the independent draws a batch holds, on average: the "
+        "spans it mixes, as many as its cells for a uniform shuffle (annbatch's copy is "
+        "shuffled cell by cell when built), fewer when neighbours are read together. "
+        "*first batch*: that epoch's wait for its first; *peak*: the process's peak RSS. "
+        "*uniform*: an exactly uniform random permutation; *spans*: spans of 64 (or 512, "
+        "annbatch's chunk) neighbouring cells in random order, mixed within a window of batches; "
+        "*window 64*: 16,384 cells read together, annbatch's default buffer (512-cell chunks, "
+        f"32 preloaded); *window 1*: each batch read alone (over {args.slow_batches} batches).",
         "",
-        "| reader | route | cells/s | first batch s | peak MiB | notes |",
-        "|---|---|---|---|---|---|",
+        "| reader | route | cells/s | cells/CPU-s | draws | first batch s | peak MiB | notes |",
+        "|---|---|---|---|---|---|---|---|",
         row("ours", "`sd.Minibatches`, uniform", results["ours:uniform"]),
         row("ours", "`sd.Minibatches`, spans", results["ours:spans"]),
+        row("ours", "`sd.Minibatches`, spans of 512", results["ours:spans::512"]),
         row("ours", "`sd.Minibatches`, uniform, window 64", results["ours:uniform:64"]),
         row("ours", "`sd.Minibatches`, uniform, window 1", results["ours:uniform:1"]),
     ]
@@ -262,9 +296,7 @@ def _lines(args: argparse.Namespace, results: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for shuffle in ("uniform", "spans"):
-        found = results["proxied"][shuffle]
-        waves = f"{found['requests']:,}, {found['waves']:,}"
-        lines.append(row("ours", f"`sd.Minibatches`, {shuffle}", found, waves))
+        lines.append(proxied(f"`sd.Minibatches`, {shuffle}", results["proxied"][shuffle]))
     return lines
 
 
