@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -170,7 +170,9 @@ class Minibatches:
         pool = ThreadPoolExecutor(self.prefetch, thread_name_prefix="sporadik-minibatches")
         pending: deque[Future[list[Batch]]] = deque()
         try:
-            for batches in windows:
+            for count, batches in enumerate(windows):
+                if count == 1:  # the first window alone, on every core: its first batch soonest
+                    wait(pending)
                 pending.append(pool.submit(self._read_window, batches))
                 if len(pending) > self.prefetch:
                     yield from pending.popleft().result()
