@@ -84,7 +84,8 @@ def _objects(root: Path) -> list[str]:
 def test_our_shard_objects_are_the_bytes_zarr_writes_for_the_same_values(tmp_path: Path) -> None:
     """Inner chunks of only zeros are left out of a shard and a shard of only zeros is not
     written, as zarr does; a last shard past the array's end included."""
-    from sporadik_dask.store.chunks import shard_of, write_chunks
+    from sporadik_dask.store.chunks import write_chunks
+    from sporadik_dask.store.shards import shard_of
 
     values = random_dense(np.random.default_rng(1), (1, 1000), 0.5)[0].astype(np.float32)
     values[256:512] = 0  # shard 1: no object
