@@ -168,6 +168,40 @@ def test_epochs_follow_one_another_and_a_seed_repeats_them(
     assert epochs(8)[0] != first
 
 
+class _Recorded(sd.Minibatches):
+    """Minibatches that note when each window's read starts and ends (a window named by its
+    first position, which no other window holds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.events: list[tuple[str, int]] = []
+
+    def _read_window(self, batches: list[np.ndarray]) -> list[sd.Batch]:
+        window = int(batches[0][0])
+        self.events.append(("start", window))
+        read = super()._read_window(batches)
+        self.events.append(("end", window))
+        return read
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_windows_read_ahead_are_at_most_the_prefetch_depth_and_the_first_is_read_alone(
+    written: tuple[Path, np.ndarray], prefetch: int
+) -> None:
+    path, dense = written
+    batches = _Recorded(path, batch_size=5, seed=4, window=2, prefetch=prefetch)
+    epoch = iter(batches)
+    first = next(epoch)
+    np.testing.assert_array_equal(first.values.toarray(), dense[first.positions])
+    # Before its first batch, the first window was read alone, then at most prefetch more begun.
+    (kind, window), (then, same) = batches.events[:2]
+    assert (kind, then, same) == ("start", "end", window)
+    assert window == first.positions[0]
+    assert len({w for kind, w in batches.events if kind == "start"}) <= prefetch + 1
+    taken = 1 + sum(1 for _ in epoch)
+    assert taken == -(-CELLS // 5)
+
+
 def test_dense_output_is_the_rows_as_numpy(written: tuple[Path, np.ndarray]) -> None:
     path, dense = written
     for batch in sd.Minibatches(path, batch_size=25, seed=1, output="dense"):
