@@ -6,7 +6,8 @@ shards) and read a window of batches at a time through
 chunk the window touches fetched and decoded once for all its batches, and the runs copied straight
 into place, so a window holds its own values and not the chunks they sit in. Windows are read
 ahead on threads while the consumer works, at most ``prefetch`` of them: memory is bounded by
-``prefetch + 1`` windows.
+``prefetch + 1`` windows. An epoch's first window is read alone, on every core (each window's
+chunks are decoded by every core), so its first batch is not kept waiting by the windows after.
 """
 
 from __future__ import annotations
