@@ -5,9 +5,11 @@ shards) and read a window of batches at a time through
 :meth:`~sporadik_dask.read.reader.StoreReader.read_runs`: two read waves per window, each zarr
 chunk the window touches fetched and decoded once for all its batches, and the runs copied straight
 into place, so a window holds its own values and not the chunks they sit in. Windows are read
-ahead on threads while the consumer works, at most ``prefetch`` of them: memory is bounded by
-``prefetch + 1`` windows. An epoch's first window is read alone, on every core (each window's
-chunks are decoded by every core), so its first batch is not kept waiting by the windows after.
+ahead on threads while the consumer works, at most ``prefetch`` of them: memory is bounded by about
+``2 * prefetch + 1`` windows (the one consumed, and each one read held twice while its batches are
+made: scipy's ``csr_matrix`` copies each batch's share out of it). An epoch's first window is read
+alone, on every core (each window's chunks are decoded by every core), so its first batch is not
+kept waiting by the windows after.
 """
 
 from __future__ import annotations
