@@ -42,7 +42,7 @@ def _world(rank: int | None, ranks: int | None) -> tuple[int, int]:
 def _dataset_class() -> type:
     import torch.utils.data
 
-    class MinibatchDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    class MinibatchDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg, misc, unused-ignore]
         """Minibatches of a store for a torch ``DataLoader(dataset, batch_size=None, ...)``.
 
         Takes :class:`~sporadik_dask.read.batches.Minibatches`'s arguments (``output``
