@@ -21,7 +21,7 @@ asks what is beneath them only through this module, so both models give the same
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import dask.array as da
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPRESSIONS",
     "blocks_of",
+    "blocks_of_arrays",
     "from_delayed",
     "from_graph",
     "graph_names",
@@ -104,6 +105,15 @@ def blocks_of(x: da.Array) -> tuple[HighLevelGraph, str]:
         first = first[0]
     blocks = str(first[0])
     return HighLevelGraph.from_collections(blocks, dict(x.__dask_graph__()), []), blocks
+
+
+def blocks_of_arrays(arrays: Sequence[da.Array]) -> tuple[HighLevelGraph, list[str]]:
+    """A graph holding the blocks of every array of ``arrays`` (:func:`blocks_of`), and the
+    name of each one's block keys."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    held = [blocks_of(x) for x in arrays]
+    return HighLevelGraph.merge(*(graph for graph, _ in held)), [name for _, name in held]
 
 
 def on_blocks(name: str, layer: Mapping[Any, Any], graph: HighLevelGraph) -> HighLevelGraph:
