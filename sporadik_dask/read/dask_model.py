@@ -15,7 +15,8 @@ asks what is beneath them only through this module, so both models give the same
    some graph or expression holds the source), so :func:`source_of` finds the reader of a plain
    read and :func:`reads_beneath` any read beneath an array, in either model;
 4. the names beneath an array (:func:`names_beneath`): its graph's layers, or its expression's
-   operands.
+   operands;
+5. a tree reduction with a meta of its result (:func:`reduction`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "on_blocks",
     "read_array",
     "reads_beneath",
+    "reduction",
     "rewrap",
     "source_of",
 ]
@@ -105,6 +107,19 @@ def blocks_of(x: da.Array) -> tuple[HighLevelGraph, str]:
         first = first[0]
     blocks = str(first[0])
     return HighLevelGraph.from_collections(blocks, dict(x.__dask_graph__()), []), blocks
+
+
+def reduction(x: da.Array, chunk: Any, aggregate: Any, *, meta: Any, **kwargs: Any) -> da.Array:
+    """dask's tree ``reduction`` of ``x``, whose result has the meta ``meta``.
+
+    The graph model takes ``meta`` as the result's; the expression model takes it as what
+    ``chunk`` gives (and reshapes it to the result's rank, failing), so there the metas are
+    made by ``chunk`` and ``aggregate`` themselves, called with ``computing_meta=True``.
+    """
+    array: da.Array = da.reduction(
+        x, chunk, aggregate, meta=None if EXPRESSIONS else meta, **kwargs
+    )
+    return array
 
 
 def blocks_of_arrays(arrays: Sequence[da.Array]) -> tuple[HighLevelGraph, list[str]]:
