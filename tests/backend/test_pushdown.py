@@ -15,6 +15,7 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 from tests.helpers import random_dense
 
 OPS = ["sum", "mean", "max", "min", "count", "std", "var"]
@@ -81,6 +82,9 @@ def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[A
     )
 
 
+@pytest.mark.skipif(
+    EXPRESSIONS, reason="xarray's nansum of any dask array meets what dask's expression model lacks"
+)
 def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
     store: tuple[Path, npt.NDArray[Any]],
 ) -> None:
@@ -192,6 +196,8 @@ def test_reductions_after_an_op_that_fills_absent_cells_count_them(
     path, dense = store
     if dense.ndim != 2 or dense.dtype.kind != "f":
         pytest.skip("one float rank-2 store is enough")
+    if EXPRESSIONS and chunks is not None:
+        pytest.skip("xarray's where of any dask array meets what dask's expression model lacks")
     variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
     reference = xr.DataArray(dense, dims=variable.dims)
     groups = np.arange(dense.shape[0]) % 3
