@@ -124,10 +124,11 @@ def main() -> None:
     tag = f"genome-write-{args.workers}"
     lines = [
         f"<!-- {tag}: made by benchmarks/genome_write.py -->",
-        f"## Writing genome-length axes on {where} ({date.today()})",
+        f"## Writing genome-length axes on {where}",
         "",
-        f"`python benchmarks/genome_write.py --before DIR --workers {args.workers}` (DIR: "
-        f"`git archive {args.before_label} sporadik_dask`): both layouts of 100 samples x L "
+        f"{date.today()}, `python benchmarks/genome_write.py --before DIR "
+        f"--workers {args.workers}` (DIR: `git archive {args.before_label} sporadik_dask`): "
+        "both layouts of 100 samples x L "
         f"positions, {values()[2].size:,} int32 values (all below 3.1e7), each write in a fresh "
         "process: seconds, CPU seconds (user and system, of the process"
         + (" and its workers" if args.workers else "")

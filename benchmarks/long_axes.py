@@ -4,8 +4,9 @@ package ``sporadik`` reading the same row.
 
     .venv/bin/python benchmarks/long_axes.py --label after
 
-Stores are made under ``--work`` if missing (the row layout only: the position layout cannot be
-written at that length). Every value sits in the first 3.1e7 positions, so only the axis's length
+Stores are made under ``--work`` if missing: the row layout only, or both layouts with
+``--both`` (then a region, a list of positions and points read the position layout's runs). Every
+value sits in the first 3.1e7 positions, so only the axis's length
 differs. Each case runs with an address-space limit (``--limit-gb``); one killed or refused is
 reported as such. Results replace this label's section between the script's markers in
 ``docs/benchmarks.md``, with the command that made them.
@@ -73,14 +74,14 @@ def values() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any
     return row, col, rng.integers(1, 100, row.size, dtype=np.int32)
 
 
-def make_store(path: Path, length: int) -> None:
+def make_store(path: Path, length: int, axes: tuple[int, ...]) -> None:
     import sparse
 
     import sporadik_dask
 
     row, col, data = values()
     x = sparse.COO(np.stack([row, col]), data, shape=(SAMPLES, length))
-    sporadik_dask.to_sporadik(x, path, axes=(0,), overwrite=True)
+    sporadik_dask.to_sporadik(x, path, axes=axes, overwrite=True)
 
 
 def keys() -> dict[str, Any]:
@@ -197,20 +198,24 @@ def main() -> None:
     parser.add_argument("--limit-gb", type=float, default=6.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--both", action="store_true", help="stores with both layouts")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     stores = {}
     for length in LENGTHS:
-        stores[length] = args.work / f"long-{length:.0e}.zarr".replace("+", "")
+        name = f"long-{length:.0e}{'-both' if args.both else ''}.zarr".replace("+", "")
+        stores[length] = args.work / name
         if not stores[length].exists():
-            make_store(stores[length], length)
+            make_store(stores[length], length, (0, 1) if args.both else (0,))
     header = " | ".join(f"L = {length:.1e}" for length in LENGTHS)
     lines = [
         f"<!-- long-axes-{args.label}: made by benchmarks/long_axes.py -->",
         f"## Genome-length axes, {args.label} ({date.today()})",
         "",
-        f"`python benchmarks/long_axes.py --label {args.label}`: 100 samples x L positions, "
-        f"{values()[2].size:,} int32 values (all below 3.1e7), row layout only; each case in a "
+        f"`python benchmarks/long_axes.py --label {args.label}"
+        f"{' --both' if args.both else ''}`: 100 samples x L positions, "
+        f"{values()[2].size:,} int32 values (all below 3.1e7), "
+        f"{'both layouts' if args.both else 'row layout only'}; each case in a "
         f"fresh process (synchronous scheduler): seconds and peak RSS past the route's imports "
         "(for this package xarray, dask, zarr and sparse: 180-190 MB; for the reference, zarr: "
         f"about 50 MB), then the peak RSS in brackets; under a {args.limit_gb:g} GB "

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_VALUES",
     "BLOCKS_PER_CORE",
+    "BRACKET_POSITIONS",
     "CHUNKS_AT_ONCE",
     "DENSE_POSITIONS",
     "ESTIMATE_HEADROOM",
@@ -68,6 +69,11 @@ PARTITION_BYTES = 2**27
 #: 20,000 groups of 5,000 genes in 8 spans peaked at 10.7 to 11.5 GB, where one pass over
 #: the store (one span) peaked at 3.8 to 4.6 GB.
 DENSE_PARTIALS_BYTES = 2**30
+
+#: Positions a read brackets in one layout (16 bytes each, 256 MiB): a selection narrowing an
+#: axis by fewer (a region of 2**31 positions of a genome, say) reads through another layout,
+#: whose runs cost what its values hold, when one is bracketed in fewer.
+BRACKET_POSITIONS = 2**24
 
 #: Positions a write partition's sort counts in arrays as long as its span (24 bytes each), when
 #: it holds fewer values than that; past it, only the positions holding values are counted.

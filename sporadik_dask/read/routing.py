@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.planning.budgets import BRACKET_POSITIONS
 from sporadik_dask.read.selection import Selection, distinct
 from sporadik_dask.store.describe import LayoutDescription, StoreDescription
 
@@ -59,10 +60,23 @@ def candidates(description: StoreDescription, selection: Selection) -> tuple[int
     """The layouts worth bracketing: those whose axis the selection narrows.
 
     A layout along an axis selected whole reads every value (a scan), so it competes only when
-    no layout narrows: then the lowest axis is the one candidate.
+    no layout narrows: then the lowest axis is the one candidate. A narrowing layout with more
+    than :data:`~sporadik_dask.planning.budgets.BRACKET_POSITIONS` positions to bracket gives
+    way to the layout bracketing the fewest, when that one has at most as many: its brackets
+    alone would be 16 bytes a position (32 GiB for a region of 2**31 positions of a genome),
+    where a scan of the other costs what its values hold.
     """
-    narrowing = tuple(axis for axis in sorted(description.layouts) if selection.narrow(axis))
-    return narrowing or (min(description.layouts),)
+    layouts = sorted(description.layouts)
+    narrowing = [axis for axis in layouts if selection.narrow(axis)]
+    if not narrowing:
+        return (layouts[0],)
+    short = [axis for axis in narrowing if len(selection.unique[axis]) <= BRACKET_POSITIONS]
+    if short:
+        return tuple(short)
+    fewest = min(layouts, key=lambda axis: (len(selection.unique[axis]), axis))
+    if len(selection.unique[fewest]) <= BRACKET_POSITIONS:
+        return (fewest,)
+    return tuple(narrowing)
 
 
 def route(description: StoreDescription, brackets: Mapping[int, Brackets]) -> Route:

@@ -42,12 +42,11 @@ from sporadik_dask.store.shards import (
     IndexRequest,
     prefetched,
     shard_indexes,
-    shard_object,
     shard_of,
     unknown,
     write_shards,
 )
-from sporadik_dask.store.zarr_adapter import async_array, buffer_prototype, chunk_key, run
+from sporadik_dask.store.zarr_adapter import async_array, buffer_prototype, chunk_key, crc32c, run
 
 __all__ = ["read_chunks", "read_joined", "read_visited", "write_chunks", "write_constant"]
 
@@ -89,33 +88,30 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
 
 def write_constant(array: zarr.Array[Any], start: int, stop: int, value: Any) -> None:
     """Write ``value`` at every element of ``[start, stop)``, bounds as :func:`write_chunks`
-    takes them: one object encoded for every whole chunk (or shard), stored as all of them.
+    takes them: one chunk encoded, and one object made of it stored as every whole chunk (or
+    shard), the same bytes :func:`write_chunks` stores.
 
     An ``indptr`` over a genome's empty stretch is one offset repeated for 10^9 positions: made
     and encoded chunk by chunk, it cost more than the values' own sort.
     """
     sharding = shard_of(array)
-    unit = sharding.shard if sharding is not None else int(array.chunks[0])
+    chunk = sharding.chunk if sharding is not None else int(array.chunks[0])
+    unit = sharding.shard if sharding is not None else chunk
     whole = start + (stop - start) // unit * unit
-    if whole == start or (stop % unit and stop != array.shape[0]):
+    encode = encoder_of(array, sharding.compressors if sharding is not None else None)
+    if encode is None or whole == start or start % unit or (stop % unit and stop != array.shape[0]):
         write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
         return
-    if sharding is not None:
-        encode = encoder_of(array, sharding.compressors)
-        encoding = None if encode is None else Encoding(encode, sharding.chunk)
-    else:
-        encoding = Encoding(encode, unit) if (encode := encoder_of(array)) is not None else None
-    if encoding is None or start % unit:
-        write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
-        return
-    full = np.full(unit, value, dtype=array.dtype)
-    blob = shard_object(full, sharding, encoding) if sharding is not None else encoding(full)
+    blob = Encoding(encode, chunk)(np.full(chunk, value, dtype=array.dtype))
+    if blob is not None and sharding is not None:  # every inner chunk this one, in order
+        sizes = np.full(sharding.per_shard, len(blob), dtype="<u8")
+        table = np.stack([np.cumsum(sizes) - sizes, sizes], axis=1).tobytes()
+        blob = blob * sharding.per_shard + table + crc32c(table)
     if blob is not None:
-        store_objects(
-            array, [(chunk_key(array, k), blob) for k in range(start // unit, whole // unit)]
-        )
-    if whole < stop:  # the array's last chunk, padded
-        write_chunks(array, whole, full[: stop - whole])
+        keys = range(start // unit, whole // unit)
+        store_objects(array, [(chunk_key(array, k), blob) for k in keys])
+    if whole < stop:  # the array's last chunk (or shard), padded
+        write_chunks(array, whole, np.full(stop - whole, value, dtype=array.dtype))
 
 
 def read_chunks(

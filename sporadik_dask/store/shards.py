@@ -36,7 +36,6 @@ __all__ = [
     "known_indexes",
     "prefetched",
     "shard_indexes",
-    "shard_object",
     "shard_of",
     "unknown",
     "write_shards",
@@ -124,13 +123,13 @@ def write_shards(
     encoding = Encoding(encode, sharding.chunk)
     objects = []
     for first in range(start, stop, shard):
-        blob = shard_object(values[first - start : first - start + shard], sharding, encoding)
+        blob = _shard_object(values[first - start : first - start + shard], sharding, encoding)
         if blob is not None:
             objects.append((chunk_key(array, first // shard), blob))
     store_objects(array, objects)
 
 
-def shard_object(values: npt.NDArray[Any], sharding: Sharding, encoding: Encoding) -> bytes | None:
+def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encoding: Encoding) -> bytes | None:
     """One shard's object, or None when it holds only the fill value."""
     chunk = sharding.chunk
     index = np.full((sharding.per_shard, 2), ABSENT, dtype="<u8")

@@ -512,7 +512,7 @@ def create_layout(
             shape=(lengths[name],),
             dtype=dtypes[name],
             chunks=(plan.chunks[name],),
-            shards=(plan.shards[name],) if plan.shards else None,
+            shards=(plan.shards[name],) if plan.shards and name in plan.shards else None,
             compressors=None if byte_addressable else "auto",
             fill_value=0,
         )

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sporadik_dask.planning.plan import (
+    PositionCounts,
     partition_bounds,
     partition_sources,
     plan_layout,
@@ -219,3 +220,25 @@ def test_a_partition_gathers_from_exactly_the_pieces_whose_span_meets_it(
         meets = [i for i, (a, b) in enumerate(spans) if b >= 0 and a < hi and b >= lo]
         assert pieces == (meets or list(range(len(spans))))
     assert partition_sources(bounds, None, 3) == [[0, 1, 2]] * (len(bounds) - 1)
+
+
+@pytest.mark.parametrize(
+    ("length", "sharded"), [(2**27 - 1, False), (2**27 + 1, True), (3 * 10**9, True)]
+)
+def test_only_the_indptr_and_maxima_of_an_axis_past_4096_chunks_are_sharded(
+    length: int, sharded: bool
+) -> None:
+    """An axis's ``indptr`` and ``maxima`` are as long as the axis, however few its values: past
+    4096 chunks (2**27 int32 offsets) they are written 256 chunks an object; ``data`` and
+    ``indices``, as long as the values, never are."""
+    held = PositionCounts(np.array([3, length - 1]), np.array([2, 1]), length)
+    plan = plan_layout((length, 5), 0, (1,), held, "float32", partition_values=10)
+    assert plan.chunks["indptr"] == plan.chunks["maxima"] == 2**15
+    if not sharded:
+        assert plan.shards is None
+        return
+    assert dict(plan.shards or {}) == {"indptr": 2**23, "maxima": 2**23}
+    for name in ("indptr", "maxima"):
+        regions = plan.regions[name]
+        assert all(region.start % 2**23 == 0 for region in regions)
+        assert len(regions) == -(-(length + (name == "indptr")) // 2**23)

@@ -29,11 +29,13 @@ VALUES = np.arange(1, ROWS.size + 1, dtype=np.int32)
 PEAK_BYTES = 64 * 2**20
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=[(0,), (0, 1)], ids=["row layout", "both layouts"])
+def store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The row layout alone, or both: then a region, positions and points read the runs of
+    the position layout, whose ``indptr`` holds 5e9 offsets."""
     path = tmp_path_factory.mktemp("long") / "long.zarr"
     x = sparse.COO(np.stack([ROWS, POSITIONS]), VALUES, shape=(SAMPLES, LENGTH))
-    sd.to_sporadik(x, path, axes=(0,))
+    sd.to_sporadik(x, path, axes=request.param)
     return path
 
 

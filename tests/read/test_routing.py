@@ -47,3 +47,17 @@ def test_only_layouts_whose_axis_the_selection_narrows_are_candidates(tmp_path: 
     assert candidates(description, Selection.from_key((), (40, 30))) == (0,)  # a scan
     reversed_whole = Selection.from_key((slice(None), slice(None, None, -1)), (40, 30))
     assert candidates(description, reversed_whole) == (0,)
+
+
+def test_a_region_too_long_to_bracket_reads_through_the_layout_bracketing_fewest(
+    tmp_path: Path,
+) -> None:
+    """A region of 2**31 positions of a genome would be bracketed in 32 GiB: the samples' layout,
+    bracketing 40 positions, reads it, unless neither layout brackets few enough."""
+    description = _description(tmp_path)
+    region = Selection.from_key((slice(None), slice(2**31, 2**32)), (40, 5 * 10**9))
+    assert candidates(description, region) == (0,)
+    window = Selection.from_key((slice(None), slice(2**31, 2**31 + 10**6)), (40, 5 * 10**9))
+    assert candidates(description, window) == (1,)
+    both = Selection.from_key((slice(0, 2**30), slice(0, 2**30)), (2**31, 2**31))
+    assert candidates(description, both) == (0, 1)

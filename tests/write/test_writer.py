@@ -773,17 +773,19 @@ def test_discard_removes_only_what_the_write_laid_out_and_never_committed(
     assert not write.discard() and path.exists()  # another write's store
 
 
+@pytest.mark.parametrize("chunk", [None, 2**22])
 def test_both_layouts_of_an_axis_of_a_quarter_billion_positions_are_written_and_read(
-    tmp_path: Path,
+    tmp_path: Path, chunk: int | None
 ) -> None:
     """An axis of 2**28 positions holding six values: counted by its held positions, its
-    ``indptr`` made and written a stretch at a time; both layouts read back the values."""
+    ``indptr`` made and written a stretch at a time, sharded past 4096 chunks (33 objects, not
+    8,193); both layouts read back the values, and zarr reads the offsets."""
     length = 2**28
     coords = np.array([[0, 1, 1, 0, 1, 1], [5, 5, 7, 2**27, 2**28 - 2, 2**28 - 1]])
     data = np.arange(1.0, 7.0)
     x = sparse.COO(coords, data, shape=(2, length))
     path = tmp_path / "long.zarr"
-    sd.to_sporadik(x, path, chunk=2**22)
+    sd.to_sporadik(x, path, chunk=chunk)
     reader = sd.StoreReader(path)
     picked = [4, 5, 7, 2**27, 2**28 - 2, 2**28 - 1]
     expected = np.zeros((2, len(picked)))
@@ -794,6 +796,20 @@ def test_both_layouts_of_an_axis_of_a_quarter_billion_positions_are_written_and_
         np.testing.assert_array_equal(got.todense(), expected)
     region = reader.read((slice(None), slice(2**28 - 3, None)), axis=1)
     np.testing.assert_array_equal(region.todense(), [[0, 0, 0], [0, 5.0, 6.0]])
+    indptr = zarr.open_array(path / "layouts/axis1/indptr")  # zarr's own read of the shards
+    assert np.asarray(indptr[[0, 5, 6, 7, 8, 2**27, 2**27 + 1, 2**28 - 2, 2**28]]).tolist() == [
+        0,
+        0,
+        2,
+        2,
+        3,
+        3,
+        4,
+        4,
+        6,
+    ]
+    objects = sum(f.is_file() for f in (path / "layouts/axis1/indptr" / "c").rglob("*"))
+    assert objects == (33 if chunk is None else 65)
 
 
 def _thread_of(block: Any, seen: set[threading.Thread]) -> Any:
