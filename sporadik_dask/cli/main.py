@@ -167,10 +167,13 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.store.codecs import check_codecs
     from sporadik_dask.write.targets import check_target
     from sporadik_dask.write.writer import add_axis, to_sporadik
 
     _check_flags(args)
+    codecs = _codecs(args.codecs)
+    check_codecs(codecs)
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
     options = args.storage_options
@@ -198,6 +201,7 @@ def _convert(args: argparse.Namespace) -> None:
                     chunk=args.chunk,
                     shard=args.shard,
                     byte_addressable=args.byte_addressable,
+                    codecs=codecs,
                     compute=False,
                     storage_options=options,
                 )
@@ -214,6 +218,7 @@ def _convert(args: argparse.Namespace) -> None:
                     chunk=args.chunk,
                     shard=args.shard,
                     byte_addressable=args.byte_addressable,
+                    codecs=codecs,
                     overwrite=args.overwrite,
                     compute=False,
                     storage_options=options,
@@ -322,6 +327,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _codecs(given: Sequence[str] | None) -> Any:
+    """``--codecs``: one chain for every array, or ``NAME=CHAIN`` for each array named."""
+    if not given:
+        return "zstd"
+    if len(given) == 1 and "=" not in given[0]:
+        return given[0]
+    pairs = [item.partition("=") for item in given]
+    bare = [name for name, equals, _ in pairs if not equals]
+    if bare:
+        raise SporadikError(
+            f"--codecs {' '.join(given)}: give one chain for every array, or NAME=CHAIN for "
+            f"each (e.g. data=blosc-lz4), not both ({', '.join(map(repr, bare))})."
+        )
+    return {name: chain for name, _, chain in pairs}
+
+
 def _length(text: str) -> int | None:
     """An axis length, or None (for an axis of names, whose length its names decide)."""
     return None if text.lower() == "none" else _positive(text)
@@ -404,6 +425,13 @@ def _parser() -> argparse.ArgumentParser:
         help="one uncompressed zarr chunk per array, for readers that fetch byte ranges",
     )
     convert.add_argument(
+        "--codecs",
+        nargs="+",
+        metavar="CHAIN",
+        help="codecs of every array (zstd, the default; blosc-zstd, the fewest bytes; blosc-lz4, "
+        "the fastest decode), or NAME=CHAIN per array (data=blosc-lz4 indices=blosc-zstd)",
+    )
+    convert.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a sporadik store at OUTPUT (never anything else)",
@@ -432,8 +460,8 @@ FLAGS: dict[str, str | Callable[[re.Match[str]], str]] = {
     r"\boverwrite=True\b": "--overwrite",
     r"\bbyte_addressable=True\b": "--byte-addressable",
     r"\bstorage_options\b": "--storage-options",
-    r"\b(shape|columns|values|chunk|shard|axes)=(?=[\s:;,.)]|$)": r"--\1",
-    r"\b(shape|columns|values|chunk|shard|axes)=": r"--\1 ",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs)=": r"--\1 ",
 }
 
 
