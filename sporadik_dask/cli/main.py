@@ -71,7 +71,7 @@ def _say(quiet: bool, message: str) -> None:
         print(message, flush=True)
 
 
-def _summary(description: StoreDescription) -> dict[str, Any]:
+def _summary(description: StoreDescription, stored: dict[str, dict[str, int]]) -> dict[str, Any]:
     return {
         "location": description.location,
         "spec": description.spec,
@@ -89,6 +89,11 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
                 "shards": dict(layout.shards) if layout.shards else None,
                 "byte_addressable": layout.byte_addressable,
                 "has_maxima": layout.has_maxima,
+                "codecs": dict(layout.codecs),
+                "bytes_per_value": {
+                    name: round(size / max(layout.nnz, 1), 3)
+                    for name, size in stored[layout.path].items()
+                },
             }
             for layout in description.layouts.values()
         ],
@@ -96,8 +101,19 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace) -> None:
-    description = describe(args.store, storage_options=args.storage_options)
-    summary = _summary(description)
+    from sporadik_dask.store.describe import open_store
+
+    opened = open_store(args.store, storage_options=args.storage_options)
+    description = opened.description
+    stored = {  # the bytes of each array's objects, zarr.json included: one listing each
+        layout.path: {
+            name: array.nbytes_stored()
+            for name, array in opened.layout_arrays(layout).items()
+            if name in ("data", "indices", "indptr")
+        }
+        for layout in description.layouts.values()
+    }
+    summary = _summary(description, stored)
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -113,6 +129,15 @@ def _info(args: argparse.Namespace) -> None:
             f"  {layout['path']:<14} axis {layout['indexed_axis']} contiguous, "
             f"index_order {layout['index_order']}, {layout['encoding']}, "
             f"chunks {layout['chunks']}, {', '.join(extras)}"
+        )
+        per_value = layout["bytes_per_value"]
+        print(
+            f"  {'':<14} "
+            + ", ".join(
+                f"{name} {chain} {per_value[name]:.2f} B/value"
+                for name, chain in layout["codecs"].items()
+            )
+            + f"; {sum(per_value.values()):.2f} bytes per value in all"
         )
 
 

@@ -14,7 +14,7 @@ one with its own registered codecs, and so do the reference and zarrita (JS), wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import zarr
 from numcodecs import Blosc, Zstd
-from zarr.codecs import BloscCodec, BytesCodec, ZstdCodec
+from zarr.codecs import BloscCodec, BytesCodec, ShardingCodec, ZstdCodec
 from zarr.codecs.bytes import Endian
 
 from sporadik_dask.format.errors import LayoutError
@@ -36,6 +36,7 @@ __all__ = [
     "Codec",
     "Codecs",
     "Encoder",
+    "chain_label",
     "chain_of",
     "check_codecs",
     "compressors_for",
@@ -89,6 +90,21 @@ def compressors_for(codecs: Codecs, name: str, dtype: np.dtype[Any]) -> Any:
     shuffle: Literal["bitshuffle", "shuffle"] = "bitshuffle" if name == "data" else "shuffle"
     cname: Literal["zstd", "lz4"] = "zstd" if codec == "blosc-zstd" else "lz4"
     return [BloscCodec(cname=cname, clevel=5, shuffle=shuffle, typesize=dtype.itemsize)]
+
+
+def chain_label(codecs: Sequence[Any]) -> str:
+    """An array's codecs as :data:`CODECS` names them (``blosc-zstd/bitshuffle``), ``raw`` for
+    bytes alone; a chain no option writes by zarr's names (``gzip``), sharded ones ``... in
+    shards``."""
+    names = []
+    for codec in codecs:
+        if isinstance(codec, ShardingCodec):
+            return f"{chain_label(list(codec.codecs))} in shards"
+        if isinstance(codec, BloscCodec):
+            names.append(f"blosc-{codec.cname.name}/{codec.shuffle.name}")
+        elif not isinstance(codec, BytesCodec):
+            names.append(str(codec.to_dict()["name"]))
+    return " + ".join(names) or "raw"
 
 
 def chain_of(codecs: list[Any]) -> list[Any] | None:

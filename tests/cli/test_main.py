@@ -111,8 +111,8 @@ def test_a_scipy_npz_converts(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_back(tmp_path / "out.zarr"), matrix.toarray())
 
 
-def test_codecs_chosen_per_array_are_the_ones_written_and_the_reference_reads_them(
-    tmp_path: Path,
+def test_codecs_chosen_per_array_are_the_ones_written_the_reference_reads_and_info_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     matrix = sp.random(80, 30, density=0.1, format="csr", random_state=1, dtype=np.float64)
     sp.save_npz(tmp_path / "m.npz", matrix)
@@ -130,6 +130,24 @@ def test_codecs_chosen_per_array_are_the_ones_written_and_the_reference_reads_th
         "indptr": ["bytes", "zstd"],
     }
     np.testing.assert_array_equal(read_back(out), matrix.toarray())
+    assert main(["info", str(out), "--json"]) == 0
+    (layout, _) = json.loads(capsys.readouterr().out)["layouts"]
+    assert layout["codecs"] == {
+        "data": "blosc-lz4/bitshuffle",
+        "indices": "blosc-zstd/shuffle",
+        "indptr": "zstd",
+    }
+    on_disk = {
+        name: sum(
+            p.stat().st_size for p in (out / "layouts" / "axis0" / name).rglob("*") if p.is_file()
+        )
+        for name in ("data", "indices", "indptr")
+    }
+    assert layout["bytes_per_value"] == {
+        name: round(size / matrix.nnz, 3) for name, size in on_disk.items()
+    }
+    assert main(["info", str(out)]) == 0
+    assert "data blosc-lz4/bitshuffle" in capsys.readouterr().out
 
 
 def test_converting_a_store_adds_its_missing_layouts(

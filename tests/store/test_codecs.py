@@ -44,7 +44,9 @@ def test_every_chain_reads_back_the_values_by_us_and_by_the_reference(
     assert isinstance(chain, ZstdCodec if codecs == "zstd" else BloscCodec)
 
 
-def test_one_chain_per_array_by_name_and_zstd_for_those_not_named(tmp_path: Path) -> None:
+def test_one_chain_per_array_by_name_zstd_for_those_not_named_and_describe_names_each(
+    tmp_path: Path,
+) -> None:
     dense = _counts((50, 30))
     path = tmp_path / "s.zarr"
     sd.to_sporadik(dense, path, chunk=16, codecs={"data": "blosc-lz4", "indices": "blosc-zstd"})
@@ -55,6 +57,11 @@ def test_one_chain_per_array_by_name_and_zstd_for_those_not_named(tmp_path: Path
     assert isinstance(found["indices"], BloscCodec) and found["indices"].cname.name == "zstd"
     assert found["indices"].shuffle.name == "shuffle"
     assert isinstance(found["indptr"], ZstdCodec)
+    assert sd.describe(path).layouts[1].codecs == {
+        "data": "blosc-lz4/bitshuffle",
+        "indices": "blosc-zstd/shuffle",
+        "indptr": "zstd",
+    }
     with sporadik.open_array(path) as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 
