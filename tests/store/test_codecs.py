@@ -66,6 +66,19 @@ def test_one_chain_per_array_by_name_zstd_for_those_not_named_and_describe_names
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 
 
+def test_a_layout_added_later_takes_its_own_chain(tmp_path: Path) -> None:
+    dense = _counts((40, 30), seed=4)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, axes=(0,), chunk=16)
+    sd.add_axis(path, 1, codecs="blosc-lz4")
+    layouts = sd.describe(path).layouts
+    assert set(layouts[0].codecs.values()) == {"zstd"}
+    assert layouts[1].codecs["data"] == "blosc-lz4/bitshuffle"
+    with sporadik.open_array(path) as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+    np.testing.assert_array_equal(sd.from_sporadik(path, axis=1).compute().todense(), dense)
+
+
 @pytest.mark.parametrize("codecs", ["blosc-zstd", "blosc-lz4"])
 def test_our_blosc_chunks_are_the_bytes_zarr_writes_for_the_same_values(
     tmp_path: Path, codecs: Codec
