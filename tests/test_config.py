@@ -44,13 +44,13 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     defaults = config.DEFAULTS["sporadik"]
     assert defaults["partition-bytes"] == budgets.PARTITION_BYTES
     assert defaults["spill-bytes"] == budgets.SPILL_BYTES
-    assert defaults["count-bytes"] == budgets.COUNT_BYTES
     assert defaults["max-positions"] == describe.MAX_POSITIONS
     assert defaults["whole-shard"] == shards.WHOLE_SHARD
     assert defaults["coalesce-gap"] == ranges.COALESCE_GAP
     assert defaults["coalesce-max"] == ranges.COALESCE_MAX
     assert defaults["dense-result-cells"] == DENSE_RESULT_CELLS
     assert defaults["dense-partials-bytes"] == budgets.DENSE_PARTIALS_BYTES
+    assert defaults["selection-read-values"] == budgets.SELECTION_READ_VALUES
     assert all(defaults[k] is True for k in ("patches", "pushdown", "join-in-order"))
 
 

@@ -28,7 +28,8 @@ class SporadikAccessor:
 
     ``da.sporadik.nnz("gene")`` and ``da.sporadik.maxima("gene")`` read no value
     (``diff(indptr)`` and the stored ``maxima``); ``da.sporadik.totals("gene")`` reads the
-    layout's values and nothing else (no index, no sort).
+    layout's values and nothing else (no index, no sort). ``da.sporadik.tocsr()`` hands the
+    values to scipy, anndata and scanpy as the ``csr_matrix`` they take.
     """
 
     def __init__(self, array: xr.DataArray) -> None:
@@ -66,6 +67,14 @@ class SporadikAccessor:
         per gene, or per cell. The cheapest whole-store sum (see the benchmarks)."""
         reader, axis = self._axis(dim)
         return self._along(dim, reader.totals(axis), "totals")
+
+    def tocsr(self) -> Any:
+        """The variable (cells x genes) as a ``scipy.sparse.csr_matrix`` with int32 indices
+        where they fit: what anndata and scanpy take. A whole store is its row layout's own
+        arrays; a selection or a chunked variable is read (computed) first."""
+        from sporadik_dask.backend.handoff import to_csr
+
+        return to_csr(self._array.variable)
 
     def _along(self, dim: str, values: Any, name: str) -> xr.DataArray:
         coords = {dim: self._array.coords[dim]} if dim in self._array.coords else {}

@@ -2,44 +2,28 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 from xarray.backends import BackendArray
 from xarray.core import indexing
+
+from sporadik_dask.marks import mark_read
 
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
 
 __all__ = [
     "BoundedLazyArray",
+    "Outer",
     "SporadikBackendArray",
     "Underlying",
     "backend_under",
-    "is_read_sparse",
-    "mark_read",
     "outer_of",
+    "outer_selection",
 ]
-
-_MARK = "_sporadik_read"
-
-
-def mark_read(array: Any) -> Any:
-    """``array``, marked as read from a store when it is a ``sparse.COO``; returned as given.
-
-    The mark is an attribute of that one object: anything computed from it is unmarked, as a
-    user's own array is (:mod:`~sporadik_dask.backend.ours`)."""
-    sparse = sys.modules.get("sparse")
-    if sparse is not None and type(array) is sparse.COO:
-        setattr(array, _MARK, True)
-    return array
-
-
-def is_read_sparse(array: Any) -> bool:
-    """Whether ``array`` is a ``sparse.COO`` made by a read of a store (see :func:`mark_read`)."""
-    return getattr(array, _MARK, False) is True
 
 
 class SporadikBackendArray(BackendArray):
@@ -193,3 +177,51 @@ def backend_under(data: Any) -> Underlying:
             whole = False
         data = getattr(data, "array", None)
     return Underlying(None, False, axes)
+
+
+class Outer(NamedTuple):
+    """A lazily opened variable as an outer selection of its store."""
+
+    backend: SporadikBackendArray
+    #: The positions selected along each store axis.
+    positions: tuple[npt.NDArray[np.int64], ...]
+    #: For each of the variable's axes, the store axis it is.
+    axes: tuple[int, ...]
+
+    def whole(self, axis: int) -> bool:
+        """Whether every position along store ``axis`` is selected once, in order."""
+        size = self.backend.shape[axis]
+        got = self.positions[axis]
+        return got.size == size and bool(np.all(got == np.arange(size)))
+
+
+def outer_selection(data: Any) -> Outer | None:
+    """The store and the positions along each of its axes a lazily opened variable selects, when
+    one view over the store selects them (a slice, list or mask per axis, a transposed view);
+    None for values in memory or chunked, points, or an integer (a dropped axis)."""
+    while data is not None and not isinstance(
+        data,
+        (SporadikBackendArray, indexing.LazilyIndexedArray, indexing.LazilyVectorizedIndexedArray),
+    ):
+        data = getattr(data, "array", None)
+    if isinstance(data, SporadikBackendArray):
+        whole = tuple(np.arange(size, dtype=np.int64) for size in data.shape)
+        return Outer(data, whole, tuple(range(data.ndim)))
+    if data is None or not isinstance(data.array, SporadikBackendArray):
+        return None
+    backend, key = data.array, data.key
+    if isinstance(key, indexing.VectorizedIndexer):
+        found = outer_of(key, backend.ndim)
+        if found is None:
+            return None
+        parts, axes = found
+        return Outer(backend, tuple(np.asarray(p, dtype=np.int64) for p in parts), axes)
+    if any(isinstance(part, (int, np.integer)) for part in key.tuple):
+        return None
+    positions = tuple(
+        np.arange(size, dtype=np.int64)[part]
+        if isinstance(part, slice)
+        else np.asarray(part, dtype=np.int64)
+        for part, size in zip(key.tuple, backend.shape, strict=True)
+    )
+    return Outer(backend, positions, tuple(range(backend.ndim)))

@@ -34,10 +34,12 @@ def open_store_dataset(
 ) -> xr.Dataset:
     """The store as a Dataset of one lazy, sparse variable with the labels the writer stored.
 
-    A categorical coordinate along a dim gets a pandas index: xarray's ``open_dataset`` wraps
-    every unindexed coordinate for caching, and then cannot chunk a categorical one
-    (``chunks={}`` fails in dask's ``normalize_chunks``), while an index stays in memory as it
-    is. It also lets ``sel(cell_type="B")`` select a group's cells.
+    Every coordinate along one dim gets a pandas index, so it stays in memory as read (it is
+    read whole on open) under ``chunks=`` too, where xarray would chunk it: a mask made of it
+    (``X.gene_symbols.str.startswith("MT-")``) is then numpy, which ``isel`` takes (xarray
+    refuses a boolean dask array), and ``sel(cell_type="B")`` selects a group's cells. A
+    categorical one keeps its categories (xarray's ``open_dataset`` cannot chunk a categorical
+    coordinate at all: ``chunks={}`` fails in dask's ``normalize_chunks``).
     """
     patches.install()
     opened = open_store(store, storage_options=storage_options)
@@ -59,8 +61,12 @@ def open_store_dataset(
     }
     dataset = xr.Dataset(variables, coords=coords)
     for key, coord in coords.items():
-        if coord.dims != (key,) and isinstance(coord.dtype, pd.CategoricalDtype):
+        if coord.ndim != 1 or coord.dims == (key,):
+            continue  # a dim's own coordinate is indexed by xarray already
+        if isinstance(coord.dtype, pd.CategoricalDtype):
             dataset = dataset.assign_coords(_categorical_index(key, coord))
+        else:
+            dataset = dataset.set_xindex(key)
     return dataset
 
 

@@ -23,8 +23,14 @@ import zarr
 import sporadik_dask.read.statistics as statistics
 from sporadik_dask.format.errors import LayoutError, ScanWarning, SporadikError, StoreReplacedError
 from sporadik_dask.format.spec import MAXIMA, magnitudes
+from sporadik_dask.marks import mark_read
 from sporadik_dask.read.assembly import assemble, assemble_points
-from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
+from sporadik_dask.read.fetch import (
+    fetch_brackets,
+    fetch_runs,
+    fetch_runs_in_place,
+    fetch_values,
+)
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
 from sporadik_dask.read.selection import (
     Positions,
@@ -99,7 +105,15 @@ class StoreReader:
     fills in later.
     """
 
-    __slots__ = ("_axis", "_description", "_format", "_opened", "_storage_options", "_store")
+    __slots__ = (
+        "__weakref__",
+        "_axis",
+        "_description",
+        "_format",
+        "_opened",
+        "_storage_options",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -224,10 +238,11 @@ class StoreReader:
         return f"StoreReader({self.location!r}, shape={self.shape}, {axes})"
 
     def __getitem__(self, key: Any) -> Any:
-        """``key`` in :attr:`format`, so dask's own getter can read blocks (and fuse slices)."""
+        """``key`` in :attr:`format`, so dask's own getter can read blocks (and fuse slices);
+        marked as read (:func:`~sporadik_dask.marks.mark_read`)."""
         if self.format == "gcxs" and self.axis is not None:
             return self.read_compressed(key, axis=self.axis)
-        return self.read(key, axis=self.axis)
+        return mark_read(self.read(key, axis=self.axis))
 
     def _check_as_opened(self, failed: Exception | None) -> None:
         """Raise :class:`~sporadik_dask.format.errors.StoreReplacedError` (from ``failed``, what the
@@ -441,6 +456,39 @@ class StoreReader:
         return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
 
     @_as_opened
+    def read_runs(
+        self, positions: Positions, *, axis: int
+    ) -> tuple[Positions, npt.NDArray[Any], npt.NDArray[Any]]:
+        """The runs of ``positions`` (any order, repeats allowed) in the layout along ``axis``,
+        one after another as CSR arrays: ``indptr`` (int64), ``indices`` (raveled over the
+        layout's other axes, as stored: int32, say) and ``data``. Two read waves.
+
+        What a minibatch of cells is: unlike :meth:`read`, nothing is sorted into C order or
+        given coordinates, and each zarr chunk's pieces go straight into place
+        (:func:`~sporadik_dask.read.fetch.fetch_runs_in_place`), so a batch of scattered
+        positions holds its own values, not the chunks they sit in.
+        """
+        layout = self._layout_for(axis)
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= layout.positions):
+            raise SporadikError(
+                f"Positions from {positions.min()} to {positions.max()} along axis {axis} of "
+                f"{self.location}, which has {layout.positions}; there is nothing to read "
+                "outside it. Pass positions in that range."
+            )
+        unique = distinct(positions)
+        ((lo, hi),) = self.brackets([(layout, unique)]) if unique.size else ((unique, unique),)
+        if unique is not positions:
+            at = np.searchsorted(unique, positions)
+            lo, hi = lo[at], hi[at]
+        arrays = self._arrays(layout)
+        fetch = (arrays["indices"], arrays["data"])
+        indices, data = fetch_runs_in_place(layout, fetch, (lo, hi), self.location)
+        indptr = np.zeros(positions.size + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=indptr[1:])
+        return indptr, indices, data
+
+    @_as_opened
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
         return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
@@ -503,4 +551,4 @@ class _Points:
         self._reader = reader
 
     def __getitem__(self, key: Any) -> Any:
-        return self._reader.read_points(key)
+        return mark_read(self._reader.read_points(key))

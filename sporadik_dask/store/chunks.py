@@ -11,6 +11,7 @@ in parallel rather than queueing behind one event loop (zarr decodes a chunk per
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import zarr
 
 from sporadik_dask.format.errors import FetchError, LayoutError
 from sporadik_dask.store.codecs import (
+    Encoding,
     compressors_of,
     decode_chunk,
     decode_chunk_into,
@@ -40,14 +42,17 @@ from sporadik_dask.store.shards import (
     IndexRequest,
     prefetched,
     shard_indexes,
+    shard_object,
     shard_of,
     unknown,
     write_shards,
 )
 from sporadik_dask.store.zarr_adapter import async_array, buffer_prototype, chunk_key, run
 
-__all__ = ["read_chunks", "read_joined", "write_chunks"]
+__all__ = ["read_chunks", "read_joined", "read_visited", "write_chunks", "write_constant"]
 
+#: What a visited read hands each decoded chunk to: (request, chunk's rank among its ids, values).
+Visit = Callable[[int, int, npt.NDArray[Any]], None]
 #: What a read does with its chunks' jobs, given the requests they came from.
 Finish = Callable[[list[Any], list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]]], Any]
 
@@ -59,7 +64,8 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
        stores every chunk at full size.
     2. Skip a chunk that holds only the fill value, as zarr does by default, so the objects are
        exactly the ones zarr would write.
-    3. Encode the rest and store them: straight into their files in a local directory, in one
+    3. Encode the rest (a chunk of one repeated value once: :class:`~sporadik_dask.store.
+       codecs.Encoding`) and store them: straight into their files in a local directory, in one
        batch on zarr's I/O loop in any other store.
     """
     chunk = int(array.chunks[0])
@@ -72,15 +78,44 @@ def write_chunks(array: zarr.Array[Any], start: int, values: npt.NDArray[Any]) -
     if encode is None or start % chunk or (stop % chunk and stop != array.shape[0]):
         array[start:stop] = values
         return
-    pieces = []
+    encoding = Encoding(encode, chunk)
+    objects = []
     for first in range(start, stop, chunk):
-        piece = values[first - start : first - start + chunk]
-        if not np.any(piece):
-            continue
-        if piece.shape[0] < chunk:
-            piece = np.concatenate([piece, np.zeros(chunk - piece.shape[0], dtype=piece.dtype)])
-        pieces.append((chunk_key(array, first // chunk), piece))
-    store_objects(array, [(key, encode(piece)) for key, piece in pieces])
+        blob = encoding(values[first - start : first - start + chunk])
+        if blob is not None:
+            objects.append((chunk_key(array, first // chunk), blob))
+    store_objects(array, objects)
+
+
+def write_constant(array: zarr.Array[Any], start: int, stop: int, value: Any) -> None:
+    """Write ``value`` at every element of ``[start, stop)``, bounds as :func:`write_chunks`
+    takes them: one object encoded for every whole chunk (or shard), stored as all of them.
+
+    An ``indptr`` over a genome's empty stretch is one offset repeated for 10^9 positions: made
+    and encoded chunk by chunk, it cost more than the values' own sort.
+    """
+    sharding = shard_of(array)
+    unit = sharding.shard if sharding is not None else int(array.chunks[0])
+    whole = start + (stop - start) // unit * unit
+    if whole == start or (stop % unit and stop != array.shape[0]):
+        write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
+        return
+    if sharding is not None:
+        encode = encoder_of(array, sharding.compressors)
+        encoding = None if encode is None else Encoding(encode, sharding.chunk)
+    else:
+        encoding = Encoding(encode, unit) if (encode := encoder_of(array)) is not None else None
+    if encoding is None or start % unit:
+        write_chunks(array, start, np.full(stop - start, value, dtype=array.dtype))
+        return
+    full = np.full(unit, value, dtype=array.dtype)
+    blob = shard_object(full, sharding, encoding) if sharding is not None else encoding(full)
+    if blob is not None:
+        store_objects(
+            array, [(chunk_key(array, k), blob) for k in range(start // unit, whole // unit)]
+        )
+    if whole < stop:  # the array's last chunk, padded
+        write_chunks(array, whole, full[: stop - whole])
 
 
 def read_chunks(
@@ -122,6 +157,48 @@ def read_joined(
     """
     joined: list[npt.NDArray[Any]] = _read(requests, next_arrays, _joined)
     return joined
+
+
+def read_visited(
+    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]], visit: Visit
+) -> None:
+    """:func:`read_chunks`, each chunk handed to ``visit(request, k, values)`` as it is decoded
+    (chunk ``k`` of request ``request``), on the thread that decoded it.
+
+    ``values`` is a chunk each thread decodes into again and again, valid during the call only:
+    nothing is joined or kept, so a read taking a few values from each of many chunks holds the
+    values it takes and a chunk a thread, not every chunk it touched.
+    """
+    _read(requests, (), lambda jobs, asked: _visited(jobs, asked, visit))
+
+
+#: Each decoding thread's scratch chunks, by dtype and length.
+_scratch = threading.local()
+
+
+def _scratch_chunk(array: zarr.Array[Any]) -> npt.NDArray[Any]:
+    found: dict[tuple[str, int], npt.NDArray[Any]] = _scratch.__dict__.setdefault("chunks", {})
+    key = (np.dtype(array.dtype).str, int(array.chunks[0]))
+    if key not in found:
+        found[key] = np.empty(key[1], dtype=array.dtype)
+    return found[key]
+
+
+def _visited(
+    jobs: list[Any], requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]], visit: Visit
+) -> None:
+    sites = [(r, k) for r, (_, ids) in enumerate(requests) for k in range(len(ids))]
+
+    def one(pair: tuple[Any, tuple[int, int]]) -> None:
+        (array, item, compressors), (request, k) = pair
+        if isinstance(item, Path):
+            item = read_file(item)
+        values = _scratch_chunk(array)
+        if not decode_chunk_into(array, item, compressors, values):
+            values = decode_chunk(array, item, compressors)
+        visit(request, k, values)
+
+    map_jobs(one, list(zip(jobs, sites, strict=True)))
 
 
 def _read(

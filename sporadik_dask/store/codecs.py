@@ -36,6 +36,7 @@ __all__ = [
     "Codec",
     "Codecs",
     "Encoder",
+    "Encoding",
     "chain_label",
     "chain_of",
     "check_codecs",
@@ -226,3 +227,26 @@ def decode_chunk(array: zarr.Array[Any], item: Any, compressors: list[Any] | Non
             "object is truncated or corrupt. Write it again."
         )
     return values
+
+
+class Encoding:
+    """Whole chunks encoded, or None for a chunk of only the fill value; a chunk of one value
+    repeated is encoded once per value (a stretch of ``indptr`` where no position holds any)."""
+
+    __slots__ = ("_chunk", "_encode", "_repeated")
+
+    def __init__(self, encode: Encoder, chunk: int) -> None:
+        self._encode, self._chunk = encode, chunk
+        self._repeated: dict[bytes, bytes] = {}
+
+    def __call__(self, piece: npt.NDArray[Any]) -> bytes | None:
+        if piece.shape[0] < self._chunk:
+            piece = np.concatenate([piece, np.zeros(self._chunk - piece.shape[0], piece.dtype)])
+        if piece[0] != piece[-1] or not np.all(piece == piece[0]):  # a NaN is never repeated
+            return self._encode(piece)
+        if not piece[0]:  # the fill value throughout
+            return None
+        value = piece[:1].tobytes()
+        if value not in self._repeated:
+            self._repeated[value] = self._encode(piece)
+        return self._repeated[value]

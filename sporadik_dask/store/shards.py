@@ -23,7 +23,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec, ShardingCodec, ShardingCodecInd
 from zarr.codecs.bytes import Endian
 
 from sporadik_dask.format.errors import LayoutError
-from sporadik_dask.store.codecs import Encoder, chain_of, encoder_of
+from sporadik_dask.store.codecs import Encoding, chain_of, encoder_of
 from sporadik_dask.store.objects import fetched, gather, store_objects
 from sporadik_dask.store.zarr_adapter import async_array, buffer_prototype, chunk_key, crc32c
 
@@ -36,6 +36,7 @@ __all__ = [
     "known_indexes",
     "prefetched",
     "shard_indexes",
+    "shard_object",
     "shard_of",
     "unknown",
     "write_shards",
@@ -120,15 +121,16 @@ def write_shards(
         return
     encode = encoder_of(array, sharding.compressors)
     assert encode is not None  # shard_of found the chain
+    encoding = Encoding(encode, sharding.chunk)
     objects = []
     for first in range(start, stop, shard):
-        blob = _shard_object(values[first - start : first - start + shard], sharding, encode)
+        blob = shard_object(values[first - start : first - start + shard], sharding, encoding)
         if blob is not None:
             objects.append((chunk_key(array, first // shard), blob))
     store_objects(array, objects)
 
 
-def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encode: Encoder) -> bytes | None:
+def shard_object(values: npt.NDArray[Any], sharding: Sharding, encoding: Encoding) -> bytes | None:
     """One shard's object, or None when it holds only the fill value."""
     chunk = sharding.chunk
     index = np.full((sharding.per_shard, 2), ABSENT, dtype="<u8")
@@ -136,11 +138,9 @@ def _shard_object(values: npt.NDArray[Any], sharding: Sharding, encode: Encoder)
     at = 0
     for k in range(sharding.per_shard):
         piece = values[k * chunk : (k + 1) * chunk]
-        if not np.any(piece):
+        encoded = encoding(piece) if piece.shape[0] else None
+        if encoded is None:
             continue
-        if piece.shape[0] < chunk:
-            piece = np.concatenate([piece, np.zeros(chunk - piece.shape[0], dtype=piece.dtype)])
-        encoded = encode(piece)
         index[k] = (at, len(encoded))
         at += len(encoded)
         parts.append(encoded)

@@ -443,3 +443,53 @@ def test_a_dataset_groupby_reduces_its_sporadik_variable_as_a_dataarray_and_the_
     for variable in expected.data_vars:
         got = result[variable].transpose(*expected[variable].dims)
         np.testing.assert_allclose(got.values, expected[variable].values, rtol=1e-5)
+
+
+def _several(by: str) -> dict[str, Any]:
+    from xarray.groupers import BinGrouper, UniqueGrouper
+
+    if by == "two labels":
+        return {"kind": UniqueGrouper(), "batch": UniqueGrouper()}
+    # an age past the last edge is in no group; a bin no cell of kind "a" is in, NaN for it
+    return {"kind": UniqueGrouper(), "age": BinGrouper([0, 10, 40, 60, 100])}
+
+
+def _agreeing(got: xr.DataArray, expected: xr.DataArray) -> None:
+    """Equal dims, dtype, coordinates, name and attrs; values to float32's precision."""
+    assert got.dims == expected.dims
+    assert got.dtype == expected.dtype
+    xr.testing.assert_identical(got.coords.to_dataset(), expected.coords.to_dataset())
+    assert (got.name, got.attrs) == (expected.name, expected.attrs)
+    np.testing.assert_allclose(got.values, expected.values, rtol=1e-5)
+
+
+@pytest.mark.parametrize("flox", [False, True], ids=["xarray", "flox"])
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+@pytest.mark.parametrize("by", ["two labels", "a label and bins"])
+def test_groups_of_several_coordinates_are_one_pass_and_equal_xarray_on_the_dense_array(
+    store: tuple[Path, npt.NDArray[Any]], by: str, chunks: Any, flox: bool
+) -> None:
+    """Several groupers along one dim reduce as one grouping by their combined code, and come
+    back with xarray's dims (in place on flox's path, last on its own), labels and NaN."""
+    if flox:
+        pytest.importorskip("flox")
+    path, dense = store
+    rng = np.random.default_rng(3)
+    n = dense.shape[0]
+    age = np.where(np.arange(n) % 3 == 0, 20, rng.integers(0, 120, n))
+    kind = np.where(age == 20, "a", rng.choice(["b", "a", "c"], n))  # "a": never past 40
+    labels = {"kind": ("cell", kind), "batch": ("cell", rng.choice(["y", "x"], n))}
+    labels["age"] = ("cell", age)
+    counts = xr.open_dataset(path, engine="sporadik", chunks=chunks)["s"].assign_coords(labels)
+    plain = xr.DataArray(dense, dims=("cell", "gene"), name="s").assign_coords(labels)
+    with xr.set_options(use_flox=flox):
+        for got, numpy in ((counts, plain), (counts.T, plain.T)):
+            for op in ("sum", "mean", "count"):
+                result = getattr(got.groupby(_several(by)), op)()
+                if chunks is None:  # one pass over the store, not xarray's read per group
+                    assert isinstance(result.data, np.ndarray)
+                else:
+                    assert any(str(n).startswith("sporadik-") for n in result.data.dask.layers)
+                _agreeing(result.compute(), getattr(numpy.groupby(_several(by)), op)())
+        dataset = counts.to_dataset().groupby(_several(by)).mean()  # groups last, as xarray's
+        _agreeing(dataset["s"].compute(), plain.to_dataset().groupby(_several(by)).mean()["s"])

@@ -265,3 +265,76 @@ def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
         shifted = (x.astype("int64") + 2**62).mean("cell").values  # absent cells hold 2**62
         expected = (wide.astype(np.int64) + 2**62).mean(axis=0)
         np.testing.assert_allclose(shifted, expected, rtol=1e-9)
+
+
+_CELL_MASK = np.random.default_rng(4).random(40) < 0.6
+SELECTIONS: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
+    "a cell mask": ({"cell": _CELL_MASK}, (_CELL_MASK,)),
+    "genes in a user's order": ({"gene": [17, 3, 5, 29, 0]}, (slice(None), [17, 3, 5, 29, 0])),
+    "a cell range": ({"cell": slice(30, 2, -3)}, (slice(30, 2, -3),)),
+    "no cell": ({"cell": slice(0, 0)}, (slice(0, 0),)),
+    "a gene twice": ({"gene": [4, 4, 1]}, (slice(None), [4, 4, 1])),
+    "cells and genes": ({"cell": _CELL_MASK, "gene": [2, 9]}, (_CELL_MASK, slice(None))),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's mean of no value
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("name", list(SELECTIONS))
+def test_a_reduction_of_a_lazy_selection_equals_numpy_and_leaves_nothing_held(
+    store: tuple[Path, npt.NDArray[Any]], op: str, name: str
+) -> None:
+    """Reduced in the store's pass with the selection as a grouping, the selection is never
+    read whole: xarray keeps nothing of it (it kept all of it, +1.40 GB over 40 M values)."""
+    from sporadik_dask.backend.array import backend_under
+
+    path, dense = store
+    indexers, key = SELECTIONS[name]
+    picked = xr.open_dataset(path, engine="sporadik")["x"].isel(indexers)
+    values = dense[key]
+    if name == "cells and genes":
+        values = values[:, [2, 9]]
+    for dims in [("cell",), ("gene",), None, ("cell", "gene")]:
+        if values.size == 0 and op in ("max", "min"):
+            continue  # numpy and xarray raise on an empty max
+        axes = None if dims is None else tuple(picked.get_axis_num(d) for d in dims)
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            result = getattr(picked, op)(dims)
+        assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
+        expected = _expected(values, op, axes)
+        assert result.shape == expected.shape
+        if op != "count":
+            assert result.dtype == expected.dtype, (op, dims)
+        np.testing.assert_allclose(
+            result.values.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
+        )
+    one_axis = name not in ("a gene twice", "cells and genes")
+    assert (backend_under(picked.variable._data).backend is not None) == one_axis
+
+
+def test_a_lazy_selection_of_few_values_is_read_then_reduced(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """Under ``sporadik.selection-read-values``, reading the selection costs what it selects,
+    where the store's pass reads every value."""
+    from sporadik_dask.backend.array import backend_under
+
+    path, dense = store
+    picked = xr.open_dataset(path, engine="sporadik")["x"].isel(gene=[17, 3, 5])
+    np.testing.assert_allclose(picked.sum("gene").values, np.nansum(dense[:, [17, 3, 5]], 1))
+    assert backend_under(picked.variable._data).backend is None  # read, and kept by xarray
+
+
+def test_a_groupby_of_filtered_cells_equals_xarray_on_the_dense_array(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    path, dense = store
+    labels = np.array(list("abcab") * 8)
+    opened = xr.open_dataset(path, engine="sporadik")["x"].assign_coords(kind=("cell", labels))
+    reference = xr.DataArray(dense, dims=opened.dims).assign_coords(kind=("cell", labels))
+    for op in ["sum", "mean", "max"]:
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            got = getattr(opened.isel(cell=_CELL_MASK).groupby("kind"), op)()
+        expected = getattr(reference.isel(cell=_CELL_MASK).groupby("kind"), op)()
+        assert list(got.kind.values) == list(expected.kind.values)
+        np.testing.assert_allclose(got.values, expected.values, rtol=1e-5, equal_nan=True)

@@ -15,6 +15,7 @@ import xarray as xr
 from distributed import Client
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS, graph_names
 from tests.helpers import labelled, random_dense
 
 #: Loads both entry points as xarray does (after importing xarray), and says which heavy modules
@@ -83,12 +84,34 @@ def test_numeric_coordinates_keep_their_dtype(tmp_path: Path) -> None:
     np.testing.assert_array_equal(cells, np.arange(10, 16))
 
 
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+def test_a_mask_made_of_a_stored_coordinate_selects_with_isel(
+    tmp_path: Path, chunks: dict[str, int] | None
+) -> None:
+    """Stored coordinates along a dim are indexed, so in memory under ``chunks=`` too: a mask
+    made of one is numpy, where xarray refuses to ``isel`` with a boolean dask array."""
+    dense = random_dense(np.random.default_rng(7), (20, 6), 0.5)
+    symbols = np.array(["MT-CO1", "ACTB", "MT-ND1", "CD3E", "GAPDH", "MT-ATP6"])
+    written = xr.DataArray(
+        sparse.COO.from_numpy(dense),
+        dims=("obs", "var"),
+        coords={"gene_symbols": ("var", symbols), "batch": ("obs", np.arange(20) % 3)},
+    )
+    sd.to_sporadik(written, tmp_path / "s.zarr")
+    X = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks=chunks)["s"]
+    mito = X.gene_symbols.str.startswith("MT-")
+    assert isinstance(mito.data, np.ndarray) and isinstance(X.batch.data, np.ndarray)
+    got = X.isel(var=mito).sum("var").compute()
+    np.testing.assert_allclose(got.values, dense[:, [0, 2, 5]].sum(axis=1), rtol=1e-5)
+    assert X.sel(batch=1).shape == (7, 6)
+
+
 def test_a_chunked_store_computes_beside_plain_dask_arrays_and_its_own_coordinates(
     tmp_path: Path,
 ) -> None:
-    """With ``chunks=``, a non-index coordinate is a plain dask array (xarray chunks it), and so
-    are a user's own variables: every result of ours computes beside them, where xarray refuses
-    a Dataset holding two types of dask array."""
+    """With ``chunks=``, a user's own variables and coordinates are plain dask arrays (a stored
+    coordinate is indexed, so in memory): every result of ours computes beside them, where
+    xarray refuses a Dataset holding two types of dask array."""
     import dask.array as da
 
     dense = random_dense(np.random.default_rng(5), (40, 12), 0.3)
@@ -102,8 +125,10 @@ def test_a_chunked_store_computes_beside_plain_dask_arrays_and_its_own_coordinat
     sd.to_sporadik(written, tmp_path / "s.zarr")
     ds = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})
     counts = ds["counts"]
-    assert type(ds["batch"].data) is da.Array  # chunked by xarray, as the zarr engine does
+    assert type(ds["batch"].data) is np.ndarray  # indexed, so not chunked by xarray
     weights = xr.DataArray(da.arange(40, chunks=10, dtype=np.float64), dims="cell")
+    ds = ds.assign_coords(kind=("cell", da.from_array(batch, chunks=10)))
+    counts = ds["counts"]
     total = dense.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         norm = dense / total[:, None]
@@ -118,9 +143,12 @@ def test_a_chunked_store_computes_beside_plain_dask_arrays_and_its_own_coordinat
         (counts.max().compute().values, dense.max()),
     ):
         np.testing.assert_allclose(got, expected, rtol=1e-5)
-    np.testing.assert_array_equal(counts.sum("gene").compute()["batch"].values, batch)
+    np.testing.assert_array_equal(counts.sum("gene").compute()["kind"].values, batch)
 
 
+@pytest.mark.skipif(
+    EXPRESSIONS, reason="xarray factorizes a dask coordinate by what dask's expression model lacks"
+)
 def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_path: Path) -> None:
     """xarray asks for the labels of a chunked coordinate to group by; given them, the grouping
     is the single pass, dims in xarray's order for it (groups last), an absent label missing."""
@@ -134,6 +162,8 @@ def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_pat
     )
     sd.to_sporadik(written, tmp_path / "s.zarr")
     counts = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})["s"]
+    counts = counts.drop_indexes("batch")  # stored ones are indexed: a user's chunked one
+    counts = counts.assign_coords(batch=counts.batch.chunk(15))
     grouped = counts.groupby(batch=UniqueGrouper(labels=[3, 0, 9]))
     with dask.config.set({"sporadik.pushdown": False}):
         xarrays = grouped.sum()
@@ -152,4 +182,4 @@ def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_pat
 
 def _holds_xarray_groupby(x: object) -> bool:
     """Whether a dask array's graph holds xarray's (or flox's) grouped reduction."""
-    return any("groupby" in str(name) or "flox" in str(name) for name in x.dask.layers)  # type: ignore[attr-defined]
+    return any("groupby" in name or "flox" in name for name in graph_names(x))  # type: ignore[arg-type]

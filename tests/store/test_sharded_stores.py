@@ -112,6 +112,38 @@ def test_our_shard_objects_are_the_bytes_zarr_writes_for_the_same_values(tmp_pat
         assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "zarr" / name).read_bytes()
 
 
+@pytest.mark.parametrize("shards", [None, 256])
+@pytest.mark.parametrize("value", [0, 7, -3])
+def test_a_stretch_of_one_value_is_written_as_the_objects_zarr_writes_for_it(
+    tmp_path: Path, shards: int | None, value: int
+) -> None:
+    """One object encoded for every whole chunk (or shard) of a stretch holding one value (an
+    ``indptr`` over empty positions), the array's last partial chunk padded, zeros not written;
+    and a stretch of values repeating within some chunks written by :func:`write_chunks`."""
+    from sporadik_dask.store.chunks import write_chunks, write_constant
+
+    arrays = [
+        zarr.create_array(
+            tmp_path / name,
+            shape=(1000,),
+            chunks=(64,),
+            shards=None if shards is None else (shards,),
+            dtype="int32",
+        )
+        for name in ("zarr", "ours")
+    ]
+    values = np.full(1000, value, dtype=np.int32)
+    values[:256] = np.repeat(np.arange(4), 64)  # chunks of 0, 1, 2, 3 repeated
+    values[300] = 9  # a chunk (and a shard) of many values
+    arrays[0][:] = values
+    write_chunks(arrays[1], 0, values[:512])
+    write_constant(arrays[1], 512, 1000, value)
+    assert _objects(tmp_path / "ours") == _objects(tmp_path / "zarr")
+    for name in _objects(tmp_path / "zarr"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "zarr" / name).read_bytes()
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "ours")[:], values)
+
+
 @pytest.mark.parametrize("where", ["directory", "memory"])
 def test_our_chunk_objects_are_the_bytes_zarr_writes_in_a_directory_and_in_memory(
     tmp_path: Path, where: str
