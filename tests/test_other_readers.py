@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anndata
 import numpy as np
@@ -19,14 +20,20 @@ import sporadik_dask as sd
 ZARRITA = Path(__file__).parent / "zarrita"
 
 
-def written(tmp_path: Path, dtype: str, byte_addressable: bool) -> tuple[Path, sp.csr_matrix]:
+def written(
+    tmp_path: Path, dtype: str, byte_addressable: bool, codecs: Any = "zstd"
+) -> tuple[Path, sp.csr_matrix]:
     matrix = sp.random(70, 50, density=0.2, format="csr", random_state=3, dtype=np.float64)
     matrix = matrix.astype(dtype)
     if dtype == "int64":
         matrix.data[:] = np.arange(1, matrix.nnz + 1)
     path = tmp_path / "s.zarr"
     sd.to_sporadik(
-        matrix, path, chunk=None if byte_addressable else 64, byte_addressable=byte_addressable
+        matrix,
+        path,
+        chunk=None if byte_addressable else 64,
+        byte_addressable=byte_addressable,
+        codecs=codecs,
     )
     return path, matrix
 
@@ -41,12 +48,15 @@ def test_anndata_read_elem_returns_the_matrix(tmp_path: Path, layout: str) -> No
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not on this machine")
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
-@pytest.mark.parametrize("byte_addressable", [False, True], ids=["zstd-chunks", "byte-addressable"])
+@pytest.mark.parametrize(
+    "codecs", ["zstd", "blosc-zstd", "blosc-lz4", None], ids=lambda c: c or "byte-addressable"
+)
 def test_zarrita_reads_each_layout_as_we_wrote_it(
-    tmp_path: Path, dtype: str, byte_addressable: bool
+    tmp_path: Path, dtype: str, codecs: str | None
 ) -> None:
     assert (ZARRITA / "node_modules" / "zarrita").is_dir(), "run scripts/setup to install zarrita"
-    path, matrix = written(tmp_path, dtype, byte_addressable)
+    byte_addressable = codecs is None
+    path, matrix = written(tmp_path, dtype, byte_addressable, codecs or "zstd")
     for layout, compressed in (("axis0", matrix.tocsr()), ("axis1", matrix.tocsc())):
         done = subprocess.run(
             ["node", str(ZARRITA / "read_layout.mjs"), str(path), f"layouts/{layout}"],

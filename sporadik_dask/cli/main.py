@@ -71,7 +71,7 @@ def _say(quiet: bool, message: str) -> None:
         print(message, flush=True)
 
 
-def _summary(description: StoreDescription) -> dict[str, Any]:
+def _summary(description: StoreDescription, stored: dict[str, dict[str, int]]) -> dict[str, Any]:
     return {
         "location": description.location,
         "spec": description.spec,
@@ -89,6 +89,11 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
                 "shards": dict(layout.shards) if layout.shards else None,
                 "byte_addressable": layout.byte_addressable,
                 "has_maxima": layout.has_maxima,
+                "codecs": dict(layout.codecs),
+                "bytes_per_value": {
+                    name: round(size / max(layout.nnz, 1), 3)
+                    for name, size in stored[layout.path].items()
+                },
             }
             for layout in description.layouts.values()
         ],
@@ -96,8 +101,19 @@ def _summary(description: StoreDescription) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace) -> None:
-    description = describe(args.store, storage_options=args.storage_options)
-    summary = _summary(description)
+    from sporadik_dask.store.describe import open_store
+
+    opened = open_store(args.store, storage_options=args.storage_options)
+    description = opened.description
+    stored = {  # the bytes of each array's objects, zarr.json included: one listing each
+        layout.path: {
+            name: array.nbytes_stored()
+            for name, array in opened.layout_arrays(layout).items()
+            if name in ("data", "indices", "indptr")
+        }
+        for layout in description.layouts.values()
+    }
+    summary = _summary(description, stored)
     if args.json:
         print(json.dumps(summary, indent=2))
         return
@@ -113,6 +129,15 @@ def _info(args: argparse.Namespace) -> None:
             f"  {layout['path']:<14} axis {layout['indexed_axis']} contiguous, "
             f"index_order {layout['index_order']}, {layout['encoding']}, "
             f"chunks {layout['chunks']}, {', '.join(extras)}"
+        )
+        per_value = layout["bytes_per_value"]
+        print(
+            f"  {'':<14} "
+            + ", ".join(
+                f"{name} {chain} {per_value[name]:.2f} B/value"
+                for name, chain in layout["codecs"].items()
+            )
+            + f"; {sum(per_value.values()):.2f} bytes per value in all"
         )
 
 
@@ -167,10 +192,13 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 
 def _convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.store.codecs import check_codecs
     from sporadik_dask.write.targets import check_target
     from sporadik_dask.write.writer import add_axis, to_sporadik
 
     _check_flags(args)
+    codecs = _codecs(args.codecs)
+    check_codecs(codecs)
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
     options = args.storage_options
@@ -198,6 +226,7 @@ def _convert(args: argparse.Namespace) -> None:
                     chunk=args.chunk,
                     shard=args.shard,
                     byte_addressable=args.byte_addressable,
+                    codecs=codecs,
                     compute=False,
                     storage_options=options,
                 )
@@ -214,6 +243,7 @@ def _convert(args: argparse.Namespace) -> None:
                     chunk=args.chunk,
                     shard=args.shard,
                     byte_addressable=args.byte_addressable,
+                    codecs=codecs,
                     overwrite=args.overwrite,
                     compute=False,
                     storage_options=options,
@@ -322,6 +352,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _codecs(given: Sequence[str] | None) -> Any:
+    """``--codecs``: one chain for every array, or ``NAME=CHAIN`` for each array named."""
+    if not given:
+        return "zstd"
+    if len(given) == 1 and "=" not in given[0]:
+        return given[0]
+    pairs = [item.partition("=") for item in given]
+    bare = [name for name, equals, _ in pairs if not equals]
+    if bare:
+        raise SporadikError(
+            f"--codecs {' '.join(given)}: give one chain for every array, or NAME=CHAIN for "
+            f"each (e.g. data=blosc-lz4), not both ({', '.join(map(repr, bare))})."
+        )
+    return {name: chain for name, _, chain in pairs}
+
+
 def _length(text: str) -> int | None:
     """An axis length, or None (for an axis of names, whose length its names decide)."""
     return None if text.lower() == "none" else _positive(text)
@@ -404,6 +450,13 @@ def _parser() -> argparse.ArgumentParser:
         help="one uncompressed zarr chunk per array, for readers that fetch byte ranges",
     )
     convert.add_argument(
+        "--codecs",
+        nargs="+",
+        metavar="CHAIN",
+        help="codecs of every array (zstd, the default; blosc-zstd, the fewest bytes; blosc-lz4, "
+        "the fastest decode), or NAME=CHAIN per array (data=blosc-lz4 indices=blosc-zstd)",
+    )
+    convert.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a sporadik store at OUTPUT (never anything else)",
@@ -432,8 +485,8 @@ FLAGS: dict[str, str | Callable[[re.Match[str]], str]] = {
     r"\boverwrite=True\b": "--overwrite",
     r"\bbyte_addressable=True\b": "--byte-addressable",
     r"\bstorage_options\b": "--storage-options",
-    r"\b(shape|columns|values|chunk|shard|axes)=(?=[\s:;,.)]|$)": r"--\1",
-    r"\b(shape|columns|values|chunk|shard|axes)=": r"--\1 ",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs)=": r"--\1 ",
 }
 
 

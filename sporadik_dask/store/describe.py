@@ -42,6 +42,7 @@ from sporadik_dask.format.spec import (
     layout_path,
     parse_block,
 )
+from sporadik_dask.store.codecs import chain_label
 from sporadik_dask.store.storage import (
     StoreLike,
     location_of,
@@ -104,6 +105,8 @@ class LayoutDescription(LayoutGeometry):
     #: Elements per shard object of each array (zarr's ``sharding_indexed``), or None when every
     #: chunk is its own object. ``chunks`` are then the inner chunks, each its own byte range.
     shards: Mapping[str, int] | None = None
+    #: Each array's codec chain (:func:`~sporadik_dask.store.codecs.chain_label`).
+    codecs: Mapping[str, str] = field(default_factory=dict)
 
     def check_whole_read(self, where: str) -> None:
         """Refuse to read all of ``indptr`` (8 bytes a position) past ``sporadik.max-positions``.
@@ -331,6 +334,9 @@ def _describe_layout(
         byte_addressable=all(_is_byte_addressable(arrays[name]) for name in ARRAY_NAMES),
         has_maxima=has_maxima,
         shards=_shards(arrays),
+        codecs={
+            name: chain_label(getattr(arrays[name].metadata, "codecs", ())) for name in ARRAY_NAMES
+        },
     )
     opened = {
         f"{entry.path}/{name}": array

@@ -4,12 +4,12 @@ zarr-python keeps its async core (``zarr.core``) and some codec state private, a
 any release. The package needs a few of them: the I/O loop that drives the async core from
 synchronous code (and works inside a running event loop), the async group and array types that
 open and describe a store in one batch, the buffer prototype for raw chunk objects, the numcodecs
-object inside ``ZstdCodec`` (to encode and decode chunks without zarr's per-chunk overhead),
-zarr's resolution of a store-like into a store path, and the crc32c checksum zarr's sharding codec
-puts after a shard's index (``google_crc32c``, a dependency of zarr's rather than of this
-package). Each is imported or reached here only, and ``tests/store/test_zarr_adapter.py`` checks
-every one, so a zarr upgrade that moves one fails that test by name rather than somewhere deep in
-a read.
+objects inside ``ZstdCodec`` and ``BloscCodec`` (to encode and decode chunks without zarr's
+per-chunk overhead), zarr's resolution of a store-like into a store path, and the crc32c
+checksum zarr's sharding codec puts after a shard's index (``google_crc32c``, a dependency of
+zarr's rather than of this package). Each is imported or reached here only, and
+``tests/store/test_zarr_adapter.py`` checks every one, so a zarr upgrade that moves one fails that
+test by name rather than somewhere deep in a read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import zarr
-from zarr.codecs import ZstdCodec
+from zarr.codecs import BloscCodec, ZstdCodec
 from zarr.core.array import AsyncArray
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.group import AsyncGroup
@@ -32,6 +32,7 @@ __all__ = [
     "Buffer",
     "BufferPrototype",
     "async_array",
+    "blosc_codec",
     "buffer_prototype",
     "chunk_key",
     "crc32c",
@@ -75,6 +76,12 @@ def crc32c(data: bytes) -> bytes:
 def metadata_document(array: zarr.Array[Any]) -> bytes:
     """The array's ``zarr.json`` as zarr would write it now."""
     return array.metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+
+
+def blosc_codec(codec: BloscCodec) -> Any:
+    """The numcodecs ``Blosc`` object a ``BloscCodec`` encodes with, configured as the codec is
+    (its ``typesize`` included, so a typed chunk and zarr's raw bytes encode alike)."""
+    return codec._blosc_codec
 
 
 def zstd_codec(codec: ZstdCodec) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Literal, overload
 
 import dask
+import numpy as np
 import zarr
 from dask.base import DaskMethodsMixin
 from dask.delayed import Delayed
@@ -28,6 +29,7 @@ from sporadik_dask.format.errors import IncompleteError, LayoutError, StoreExist
 from sporadik_dask.format.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.planning.budgets import held_pieces, partition_values
 from sporadik_dask.planning.plan import LayoutPlan, plan_layout
+from sporadik_dask.store.codecs import Codecs, check_codecs, compressors_for
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.store.storage import StoreLike, location_of, open_group
@@ -374,6 +376,16 @@ def _refuse_two_writes_to_one_location(graph: HighLevelGraph) -> None:
             )
 
 
+def _check_codecs(codecs: Codecs, byte_addressable: bool) -> None:
+    """Refuse codecs this package does not write, or any with ``byte_addressable``."""
+    check_codecs(codecs)
+    if byte_addressable and codecs != "zstd":
+        raise LayoutError(
+            f"codecs={codecs!r} and byte_addressable=True contradict each other: a "
+            "byte-addressable array is stored raw, with no codec. Choose one."
+        )
+
+
 def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     if axes is None:
         return tuple(range(rank))
@@ -451,6 +463,7 @@ def _skeleton(
     labels: Labels | None,
     plans: dict[int, LayoutPlan],
     byte_addressable: bool,
+    codecs: Codecs,
     identity: Any,
 ) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
     """The new store's documents (:mod:`~sporadik_dask.write.skeleton`) for the write of the input
@@ -462,7 +475,7 @@ def _skeleton(
         write_coords(root, labels)
         layouts = root.create_group(LAYOUTS_GROUP)
         for axis, plan in plans.items():
-            made[axis] = create_layout(layouts, plan, byte_addressable)
+            made[axis] = create_layout(layouts, plan, byte_addressable, codecs)
 
     skeleton = skeleton_of(
         store,
@@ -494,7 +507,7 @@ def _joined(prefix: str, path: str) -> str:
 
 
 def create_layout(
-    layouts: zarr.Group, plan: LayoutPlan, byte_addressable: bool
+    layouts: zarr.Group, plan: LayoutPlan, byte_addressable: bool, codecs: Codecs
 ) -> dict[str, zarr.Array[Any]]:
     """The child group of one layout and its empty arrays, chunked and encoded as readers expect."""
     child = layouts.create_group(
@@ -513,7 +526,9 @@ def create_layout(
             dtype=dtypes[name],
             chunks=(plan.chunks[name],),
             shards=(plan.shards[name],) if plan.shards and name in plan.shards else None,
-            compressors=None if byte_addressable else "auto",
+            compressors=None
+            if byte_addressable
+            else compressors_for(codecs, name, np.dtype(dtypes[name])),
             fill_value=0,
         )
         for name in ("data", "indices", "indptr", MAXIMA)
@@ -530,6 +545,7 @@ def to_sporadik(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: Literal[True] = True,
@@ -550,6 +566,7 @@ def to_sporadik(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: Literal[False],
@@ -569,6 +586,7 @@ def to_sporadik(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: bool = True,
@@ -590,6 +608,11 @@ def to_sporadik(
         A local path, a URL (with ``storage_options``), or a zarr store object.
     chunk, byte_addressable
         Elements per zarr chunk (default ~128 KB worth), or one uncompressed chunk per array.
+    codecs
+        The codec chain of every array, or of each by name (``{"data": "blosc-lz4"}``; those not
+        named get ``"zstd"``): ``"zstd"`` (the default), ``"blosc-zstd"`` (the fewest bytes) or
+        ``"blosc-lz4"`` (the fastest decode). zarr-python, the reference, anndata and zarrita
+        read every one; see the benchmarks page for bytes and speed.
     shard
         Elements per object (default: one object per chunk). With it each array is sharded
         (zarr's ``sharding_indexed``): ``shard`` elements in one object, each chunk still read by
@@ -625,6 +648,7 @@ def to_sporadik(
         pass over ``x`` counts values per position when this is called; the values move when
         the write is computed.
     """
+    _check_codecs(codecs, byte_addressable)
     inputs = _read_from(x)
     check_target(store, overwrite=overwrite, storage_options=storage_options, inputs=inputs)
     source = source_of(x, shape=shape, columns=columns, values=values)
@@ -644,6 +668,7 @@ def to_sporadik(
         source.labels,
         plans,
         byte_addressable,
+        codecs,
         source.pieces.keys,
     )
     block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
@@ -691,6 +716,7 @@ def add_axis(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     compute: Literal[True] = True,
     storage_options: dict[str, Any] | None = None,
     partition_bytes: int | None = None,
@@ -705,6 +731,7 @@ def add_axis(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     compute: Literal[False],
     storage_options: dict[str, Any] | None = None,
     partition_bytes: int | None = None,
@@ -718,6 +745,7 @@ def add_axis(
     chunk: int | None = None,
     shard: int | None = None,
     byte_addressable: bool = False,
+    codecs: Codecs = "zstd",
     compute: bool = True,
     storage_options: dict[str, Any] | None = None,
     partition_bytes: int | None = None,
@@ -726,11 +754,12 @@ def add_axis(
 
     The new layout's chunks are written beside the finished ones, which readers go on reading;
     the block is rewritten to name it only after every chunk is written, keeping any other root
-    attributes. A store that already has the layout is returned as it is. ``chunk``, ``shard``
-    and ``byte_addressable`` are :func:`to_sporadik`'s, for the new layout only. With
+    attributes. A store that already has the layout is returned as it is. ``chunk``, ``shard``,
+    ``byte_addressable`` and ``codecs`` are :func:`to_sporadik`'s, for the new layout only. With
     ``compute=False`` nothing in the store changes until the returned write is computed (the
     held layout is counted now); its first task then refuses a store whose block changed since.
     """
+    _check_codecs(codecs, byte_addressable)
     description = describe(store, storage_options=storage_options)
     axis = int(axis)
     if axis in description.layouts:
@@ -754,7 +783,7 @@ def add_axis(
     made: dict[str, zarr.Array[Any]] = {}
 
     def build(layouts: zarr.Group) -> None:
-        made.update(create_layout(layouts, plans[axis], byte_addressable))
+        made.update(create_layout(layouts, plans[axis], byte_addressable, codecs))
 
     path = f"{LAYOUTS_GROUP}/axis{axis}"  # what an unfinished earlier add_axis left goes then
     laid_out = layout_skeleton_of(root, description.location, path, build)

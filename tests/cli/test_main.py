@@ -111,6 +111,45 @@ def test_a_scipy_npz_converts(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_back(tmp_path / "out.zarr"), matrix.toarray())
 
 
+def test_codecs_chosen_per_array_are_the_ones_written_the_reference_reads_and_info_reports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = sp.random(80, 30, density=0.1, format="csr", random_state=1, dtype=np.float64)
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    out = tmp_path / "out.zarr"
+    command = ["convert", str(tmp_path / "m.npz"), str(out), "--quiet"]
+    assert main([*command, "--codecs", "data=blosc-lz4", "indices=blosc-zstd"]) == 0
+    layout = zarr.open_group(out / "layouts" / "axis0", mode="r")
+    chains = {
+        name: [codec.to_dict()["name"] for codec in layout[name].metadata.codecs]  # type: ignore[union-attr]
+        for name in ("data", "indices", "indptr")
+    }
+    assert chains == {
+        "data": ["bytes", "blosc"],
+        "indices": ["bytes", "blosc"],
+        "indptr": ["bytes", "zstd"],
+    }
+    np.testing.assert_array_equal(read_back(out), matrix.toarray())
+    assert main(["info", str(out), "--json"]) == 0
+    (layout, _) = json.loads(capsys.readouterr().out)["layouts"]
+    assert layout["codecs"] == {
+        "data": "blosc-lz4/bitshuffle",
+        "indices": "blosc-zstd/shuffle",
+        "indptr": "zstd",
+    }
+    on_disk = {
+        name: sum(
+            p.stat().st_size for p in (out / "layouts" / "axis0" / name).rglob("*") if p.is_file()
+        )
+        for name in ("data", "indices", "indptr")
+    }
+    assert layout["bytes_per_value"] == {
+        name: round(size / matrix.nnz, 3) for name, size in on_disk.items()
+    }
+    assert main(["info", str(out)]) == 0
+    assert "data blosc-lz4/bitshuffle" in capsys.readouterr().out
+
+
 def test_converting_a_store_adds_its_missing_layouts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -341,6 +380,14 @@ MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "--chunk with --byte-addressable": (
         lambda p: [*_truncated_h5ad(p), "--chunk", "64", "--byte-addressable"],
         r"--chunk and --byte-addressable contradict each other",
+    ),
+    "a chain no reader knows": (
+        lambda p: [*_truncated_h5ad(p), "--codecs", "gzip"],
+        r"--codecs 'gzip' for data; choose one of 'zstd', 'blosc-zstd', 'blosc-lz4'",
+    ),
+    "one chain and chains by name": (
+        lambda p: [*_truncated_h5ad(p), "--codecs", "blosc-lz4", "data=zstd"],
+        r"--codecs blosc-lz4 data=zstd: give one chain for every array, or NAME=CHAIN",
     ),
     "a shape for names": (
         lambda p: [

@@ -118,6 +118,25 @@ def test_the_zstd_codecs_numcodecs_object_decodes_what_zarr_wrote(tmp_path: Path
     assert inner.decode(inner.encode(raw)) == raw
 
 
+def test_the_blosc_codecs_numcodecs_object_writes_the_bytes_zarr_wrote(tmp_path: Path) -> None:
+    from sporadik_dask.store.zarr_adapter import blosc_codec, chunk_key
+
+    codec = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle")
+    array = zarr.create_array(
+        tmp_path / "b.zarr", shape=(8,), chunks=(4,), dtype="<f4", compressors=[codec]
+    )
+    array[:] = np.arange(1, 9, dtype="<f4")
+    if not hasattr(codec, "_blosc_codec"):
+        pytest.fail(f"zarr {zarr.__version__}: BloscCodec has no _blosc_codec any more")
+    assert isinstance(array.metadata, ArrayV3Metadata)
+    written = array.metadata.codecs[1]
+    assert isinstance(written, zarr.codecs.BloscCodec)
+    inner = blosc_codec(written)
+    raw = (tmp_path / "b.zarr" / chunk_key(array, 1)).read_bytes()
+    assert np.frombuffer(inner.decode(raw), dtype="<f4").tolist() == [5, 6, 7, 8]
+    assert inner.encode(np.array([5, 6, 7, 8], dtype="<f4")) == raw
+
+
 def test_chunk_keys_name_the_objects_zarr_writes(tmp_path: Path) -> None:
     from sporadik_dask.store.zarr_adapter import chunk_key
 
@@ -156,7 +175,7 @@ def test_no_module_but_the_adapter_names_zarrs_private_parts() -> None:
     import sporadik_dask
 
     package = Path(sporadik_dask.__file__).parent
-    private = re.compile(r"zarr\.core|zarr\.storage\._|\._zstd_codec|\._async_array")
+    private = re.compile(r"zarr\.core|zarr\.storage\._|\._zstd_codec|\._blosc_codec|\._async_array")
     found = [
         f"{path.relative_to(package)}:{number}"
         for path in package.rglob("*.py")

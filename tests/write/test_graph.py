@@ -91,7 +91,8 @@ def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.Arr
     layouts = zarr.open_group(path, mode="w", zarr_format=3).create_group("layouts")
     return {
         axis: {
-            name: tasks.ArrayRef.of(a) for name, a in create_layout(layouts, plan, False).items()
+            name: tasks.ArrayRef.of(a)
+            for name, a in create_layout(layouts, plan, False, "zstd").items()
         }
         for axis, plan in plans.items()
     }
