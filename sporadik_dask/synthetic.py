@@ -16,6 +16,8 @@ import dask.array as da
 import numpy as np
 import sparse
 
+from sporadik_dask.read.dask_model import from_delayed
+
 __all__ = ["ROWS_PER_CHUNK", "block", "counts_matrix", "gene_weights"]
 
 #: Cells per dask chunk: one block of rows per task.
@@ -67,11 +69,10 @@ def counts_matrix(
     """The lazy input: one task per block of ``rows_per_chunk`` cells."""
     starts = range(0, cells, rows_per_chunk)
     blocks = [
-        da.from_delayed(
+        from_delayed(
             _delayed_block(i, min(rows_per_chunk, cells - start), genes, density, seed),
-            shape=(min(rows_per_chunk, cells - start), genes),
-            dtype=np.float32,
-            meta=sparse.COO.from_numpy(np.zeros((0, 0), dtype=np.float32)),
+            (min(rows_per_chunk, cells - start), genes),
+            sparse.COO.from_numpy(np.zeros((0, 0), dtype=np.float32)),
         )
         for i, start in enumerate(starts)
     ]

@@ -15,7 +15,7 @@ import dask
 from sporadik_dask import config
 from sporadik_dask.planning import budgets
 from sporadik_dask.reduce.results import DENSE_RESULT_CELLS
-from sporadik_dask.store import chunks
+from sporadik_dask.store import ranges, shards
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,11 +44,10 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     defaults = config.DEFAULTS["sporadik"]
     assert defaults["partition-bytes"] == budgets.PARTITION_BYTES
     assert defaults["spill-bytes"] == budgets.SPILL_BYTES
-    assert defaults["count-bytes"] == budgets.COUNT_BYTES
     assert defaults["max-positions"] == describe.MAX_POSITIONS
-    assert defaults["whole-shard"] == chunks.WHOLE_SHARD
-    assert defaults["coalesce-gap"] == chunks.COALESCE_GAP
-    assert defaults["coalesce-max"] == chunks.COALESCE_MAX
+    assert defaults["whole-shard"] == shards.WHOLE_SHARD
+    assert defaults["coalesce-gap"] == ranges.COALESCE_GAP
+    assert defaults["coalesce-max"] == ranges.COALESCE_MAX
     assert defaults["dense-result-cells"] == DENSE_RESULT_CELLS
     assert defaults["dense-partials-bytes"] == budgets.DENSE_PARTIALS_BYTES
     assert defaults["selection-read-values"] == budgets.SELECTION_READ_VALUES

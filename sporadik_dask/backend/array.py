@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -10,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 from xarray.backends import BackendArray
 from xarray.core import indexing
+
+from sporadik_dask.marks import mark_read
 
 if TYPE_CHECKING:
     from sporadik_dask.read import StoreReader
@@ -20,29 +21,9 @@ __all__ = [
     "SporadikBackendArray",
     "Underlying",
     "backend_under",
-    "is_read_sparse",
-    "mark_read",
     "outer_of",
     "outer_selection",
 ]
-
-_MARK = "_sporadik_read"
-
-
-def mark_read(array: Any) -> Any:
-    """``array``, marked as read from a store when it is a ``sparse.COO``; returned as given.
-
-    The mark is an attribute of that one object: anything computed from it is unmarked, as a
-    user's own array is (:mod:`~sporadik_dask.backend.ours`)."""
-    sparse = sys.modules.get("sparse")
-    if sparse is not None and type(array) is sparse.COO:
-        setattr(array, _MARK, True)
-    return array
-
-
-def is_read_sparse(array: Any) -> bool:
-    """Whether ``array`` is a ``sparse.COO`` made by a read of a store (see :func:`mark_read`)."""
-    return getattr(array, _MARK, False) is True
 
 
 class SporadikBackendArray(BackendArray):

@@ -82,38 +82,58 @@ def keeping_sparse(from_array: Callable[..., Any]) -> Callable[..., Any]:
 def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     """A dask array of sparse chunks over a lazily opened sporadik variable, or None for any
     other array."""
-    import dask.array as da
     import sparse
     from dask.base import tokenize
 
     # the reading stack, loaded on first use
+    from sporadik_dask.read.dask_model import read_array
     from sporadik_dask.read.window import READ_PREFIX
 
+    given = kwargs.get("name")
+    options = {k: v for k, v in kwargs.items() if k not in ("name", "meta", "asarray")}
     beneath = backend_under(data)
     backend = beneath.backend
     if backend is None:
         held = _held_sparse(data)
         if held is None:
             return None
-        # read already (xarray keeps what ``.data`` read): blocks of it, sparse; named as a
-        # read, so reductions of it take the pass over stored values
-        name = f"{READ_PREFIX}{kwargs.get('name') or tokenize(held, chunks)}"
+        # read already (xarray keeps what ``.data`` read): blocks of it, sparse; registered as
+        # a read, so reductions of it take the pass over stored values
         meta = sparse.COO.from_numpy(np.zeros((0,) * held.ndim, dtype=held.dtype))
-        return da.from_array(
-            held, chunks, **{**kwargs, "meta": meta, "asarray": False, "name": name}
-        )
+        name = f"{READ_PREFIX}{given or tokenize(held, chunks)}"
+        return read_array(_Indexed(held), chunks, meta, name=name, **options)
 
-    kwargs = {
-        **kwargs,
-        "meta": sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype)),
-        "asarray": False,
-        # named as a sporadik read, so reductions of it are pushed down (backend.pushdown)
-        "name": f"{READ_PREFIX}{kwargs.get('name') or tokenize(backend.reader, data, chunks)}",
-    }
+    meta = sparse.COO.from_numpy(np.zeros((0,) * data.ndim, dtype=data.dtype))
+    # registered as a sporadik read, so reductions of it are pushed down (backend.pushdown)
+    name = f"{READ_PREFIX}{given or tokenize(backend.reader, data, chunks)}"
     if beneath.whole and beneath.axes == tuple(range(data.ndim)):
         # dask's own getter over the reader: blocks are sparse, slices fuse
-        return da.from_array(backend.reader, chunks, **kwargs)
-    return da.from_array(data, chunks, getitem=_getter, **kwargs)
+        return read_array(backend.reader, chunks, meta, name=name, **options)
+    return read_array(_Indexed(data), chunks, meta, name=name, **options)
+
+
+class _Indexed:
+    """What dask's getter reads a chunked sporadik variable's blocks from, when it is not the
+    whole store's reader: a lazily indexed view of a store (xarray's lazy result unwrapped), or
+    the ``sparse.COO`` read from one. A holder of ours, so the read can be registered by a weak
+    reference to it, and no ``copy`` for dask's ``from_array`` to call."""
+
+    __slots__ = ("__weakref__", "array", "dtype", "ndim", "shape")
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.dtype = array.dtype
+        self.ndim = array.ndim
+        self.shape = array.shape
+
+    def __getitem__(self, key: Any) -> Any:
+        result = self.array[key]
+        return mark_read(result.get_duck_array() if hasattr(result, "get_duck_array") else result)
+
+    def __dask_tokenize__(self) -> Any:
+        from dask.base import tokenize
+
+        return (type(self).__name__, tokenize(self.array))
 
 
 def _held_sparse(data: Any) -> Any:
@@ -144,12 +164,8 @@ def plain_dask_array(x: Any) -> Any:
     """
     import dask.array as da
 
+    from sporadik_dask.read.dask_model import rewrap
+
     if not isinstance(x, da.Array) or type(x) is da.Array:
         return x
-    return da.Array(x.dask, x.name, x.chunks, meta=x._meta)
-
-
-def _getter(array: Any, key: Any, **kwargs: Any) -> Any:
-    """dask's getter for a lazily indexed view: index, then unwrap xarray's lazy result."""
-    result = array[key]
-    return result.get_duck_array() if hasattr(result, "get_duck_array") else result
+    return rewrap(da.Array, x)

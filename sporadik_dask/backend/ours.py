@@ -4,12 +4,13 @@ Every patch of xarray and dask (:mod:`sporadik_dask.backend.patches`) asks here 
 anything not ours to the original unchanged: opening a store must change nothing for any other
 array in the process. Ours is
 
-1. a dask array read from a store: its graph holds a read (a layer named with one of
-   :data:`~sporadik_dask.read.window.READ_PREFIXES`) and its blocks are sparse;
-2. a ``sparse.COO`` a store's reader gave the backend, or a loaded variable's selection of one,
-   or xarray's compute of (1): marked by :func:`mark_read` (defined with the backend array that
-   reads it) as it is made; the mark is an attribute of that one object, so anything computed
-   from it is unmarked, as a user's array is;
+1. a dask array read from a store: a read made in this process is beneath it
+   (:func:`~sporadik_dask.read.dask_model.reads_beneath`, in either of dask's array models) and
+   its blocks are sparse;
+2. a ``sparse.COO`` a store's reader gave (the backend, or dask, as a block), or a loaded
+   variable's selection of one, or xarray's compute of (1): marked by
+   :func:`~sporadik_dask.marks.mark_read` as it is made; the mark is an attribute of that one
+   object, so anything computed from it is unmarked, as a user's array is;
 3. a variable whose data is (1), (2), a lazily opened store behind xarray's wrappers, or values
    read from one (``encoding`` holds the store's reader).
 """
@@ -20,7 +21,8 @@ import sys
 from typing import Any
 
 from sporadik_dask.backend.accessor import READER_KEY
-from sporadik_dask.backend.array import backend_under, is_read_sparse, mark_read
+from sporadik_dask.backend.array import backend_under
+from sporadik_dask.marks import is_read_sparse, mark_read
 
 __all__ = ["is_read", "is_read_dask", "is_read_sparse", "is_sporadik_variable", "mark_read"]
 
@@ -31,11 +33,11 @@ def is_read_dask(array: Any) -> bool:
         return False
     import dask.array as da
 
-    from sporadik_dask.read.window import READ_PREFIXES
+    from sporadik_dask.read.dask_model import reads_beneath
 
     if not isinstance(array, da.Array) or not hasattr(array._meta, "coords"):
         return False
-    return any(str(name).startswith(READ_PREFIXES) for name in array.dask.layers)
+    return reads_beneath(array)
 
 
 def is_read(array: Any) -> bool:

@@ -26,7 +26,7 @@ __all__ = [
     "BATCH_VALUES",
     "BLOCKS_PER_CORE",
     "CHUNKS_AT_ONCE",
-    "COUNT_BYTES",
+    "DENSE_POSITIONS",
     "ESTIMATE_HEADROOM",
     "MIN_BLOCK_BYTES",
     "PARTITION_BYTES",
@@ -67,10 +67,9 @@ PARTITION_BYTES = 2**27
 #: the store (one span) peaked at 3.8 to 4.6 GB.
 DENSE_PARTIALS_BYTES = 2**30
 
-#: Bytes of the counts per position a write plans a layout from (8 per position along the
-#: layout's axis), held by every count task and by the client, and the layout's ``indptr`` as
-#: big: an axis of 3e8 positions would hold 2.4 GB in each, 2**40 positions 8 TiB.
-COUNT_BYTES = 2**30
+#: Positions a write partition's sort counts in arrays as long as its span (24 bytes each), when
+#: it holds fewer values than that; past it, only the positions holding values are counted.
+DENSE_POSITIONS = 2**20
 
 #: Chunks of ``data`` :func:`~sporadik_dask.read.statistics.totals` decodes at a time (2 Mi
 #: values at 128 KB chunks).

@@ -30,14 +30,57 @@ from sporadik_dask.format.spec import (
 
 __all__ = [
     "LayoutPlan",
+    "PositionCounts",
     "Region",
     "WritePlan",
+    "held_bounds",
     "partition_bounds",
     "partition_sources",
     "plan_layout",
     "regions_over",
     "shard_sizes",
 ]
+
+#: Elements of one array a write task makes and writes at once, where one partition fills
+#: more: 32 MiB of int32 ``indptr`` over a stretch of a genome's empty positions.
+REGION_ELEMENTS = 2**23
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PositionCounts:
+    """Values per position along one axis, as the positions holding values and their counts.
+
+    What the count pass finds and a plan is made from. Held this way, a count costs what the
+    data holds, not the axis: a genome's 3.1e9 positions holding 11 M values are 176 MB here,
+    where a count per position would be 24.8 GB (and ``indptr`` as much again).
+    """
+
+    #: The positions holding values, sorted, each once (int64).
+    positions: npt.NDArray[np.int64]
+    #: Values at each of :attr:`positions` (int64, each at least 1).
+    counts: npt.NDArray[np.int64]
+    #: The axis' length.
+    length: int
+
+    @classmethod
+    def of_dense(cls, counts: npt.ArrayLike) -> PositionCounts:
+        """From a count per position (an axis short enough to count densely)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        held = np.flatnonzero(counts)
+        return cls(held, counts[held], int(counts.shape[0]))
+
+    @property
+    def nnz(self) -> int:
+        """How many values the axis holds."""
+        return int(self.counts.sum())
+
+    def before(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Values at positions before each of ``positions``: ``indptr`` there."""
+        running = np.concatenate(([0], np.cumsum(self.counts)))
+        return running[np.searchsorted(self.positions, positions, side="left")]
+
+    def __dask_tokenize__(self) -> tuple[Any, ...]:
+        return (type(self).__name__, self.positions, self.counts, self.length)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +109,10 @@ class LayoutPlan(LayoutGeometry):
     indexed_axis: int
     #: The other axes, in the order ``indices`` are raveled over them.
     index_order: tuple[int, ...]
-    #: Offsets of every position's run: the layout's ``indptr``, at its final width.
-    indptr: npt.NDArray[Any]
+    #: Values per position along ``indexed_axis``: ``indptr`` is their running sum.
+    held: PositionCounts
+    #: dtype of ``indices`` and ``indptr``.
+    index_dtype: np.dtype[Any]
     #: dtype of ``data``.
     dtype: np.dtype[Any]
     #: Partition ``p`` holds positions ``bounds[p]:bounds[p + 1]``.
@@ -87,7 +132,7 @@ class LayoutPlan(LayoutGeometry):
         chunks = tuple(sorted(self.chunks.items()))
         shards = tuple(sorted(self.shards.items())) if self.shards else None
         geometry = (self.shape, self.indexed_axis, self.index_order, self.dtype.str)
-        planned = (self.indptr, self.bounds, chunks, shards, self.spans)
+        planned = (self.held, self.index_dtype.str, self.bounds, chunks, shards, self.spans)
         return (type(self).__name__, *geometry, *planned)
 
     def unit(self, name: str) -> int:
@@ -95,14 +140,14 @@ class LayoutPlan(LayoutGeometry):
         return self.shards[name] if self.shards else self.chunks[name]
 
     def for_write(self) -> WritePlan:
-        """What the write's tasks need: the plan without ``indptr``."""
+        """What the write's tasks need: the plan without the counts."""
         return WritePlan(
             shape=self.shape,
             indexed_axis=self.indexed_axis,
             index_order=self.index_order,
             index_dtype=self.index_dtype,
             bounds=self.bounds,
-            starts=self.indptr[self.bounds].astype(np.int64),
+            starts=self.held.before(self.bounds).astype(np.int64),
             regions=self.regions,
             spans=self.spans,
         )
@@ -110,17 +155,12 @@ class LayoutPlan(LayoutGeometry):
     @property
     def nnz(self) -> int:
         """How many values the layout holds."""
-        return int(self.indptr[-1])
+        return self.held.nnz
 
     @property
     def partitions(self) -> int:
         """How many partitions the values are shuffled into."""
         return len(self.bounds) - 1
-
-    @property
-    def index_dtype(self) -> np.dtype[Any]:
-        """dtype of ``indices`` and ``indptr``."""
-        return np.dtype(self.indptr.dtype)
 
     @property
     def encoding(self) -> str:
@@ -146,7 +186,7 @@ class WritePlan(LayoutGeometry):
     """The part of a :class:`LayoutPlan` a write's graph carries: partitions and regions.
 
     It grows with partitions and zarr chunks, not positions: ``indptr`` of 2.4 M cells is 9 MiB,
-    and each sort task makes its own slice of it from ``starts``.
+    and each sort task makes its own slice of it from ``starts`` and its values.
     """
 
     shape: tuple[int, ...]
@@ -236,6 +276,35 @@ def partition_bounds(
     return np.unique(np.concatenate(([0], cuts, [positions]))).astype(np.int64)
 
 
+def held_bounds(
+    held: PositionCounts, target: int, spans: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
+    """Cut an axis into partitions of about ``target`` values, from the positions holding values.
+
+    1. Run :func:`partition_bounds` over the held positions alone, as if no other existed (the
+       pieces' ``spans`` given as held positions too).
+    2. Put each cut at the held position it falls on: a stretch of empty positions goes with
+       the values after it, and the first partition starts at 0, the last ends at the length.
+
+    On an axis where every position holds values this is :func:`partition_bounds` itself; on a
+    genome's it costs the held positions, never an array as long as the axis.
+    """
+    if held.length == 0:
+        return np.zeros(1, dtype=np.int64)
+    count = held.positions.shape[0]
+    if count == 0:
+        return np.array([0, held.length], dtype=np.int64)
+    running = np.concatenate(([0], np.cumsum(held.counts)))
+    if spans is not None:
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        first = np.searchsorted(held.positions, spans[:, 0], side="left")
+        last = np.where(spans[:, 1] >= 0, np.searchsorted(held.positions, spans[:, 1]), -1)
+        spans = np.stack([first, last], axis=1)
+    cuts = partition_bounds(running, target, spans)
+    inner = held.positions[np.clip(cuts, 0, count - 1)]
+    return np.where(cuts == 0, 0, np.where(cuts == count, held.length, inner)).astype(np.int64)
+
+
 def _disjoint_starts(spans: npt.NDArray[np.int64]) -> npt.NDArray[np.int64] | None:
     """Each piece's first position, in order, when no two pieces' spans meet; else None."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
@@ -273,10 +342,15 @@ def _cuts_between_pieces(
     return np.unique(np.asarray(cuts, dtype=np.int64))
 
 
-def regions_over(cuts: npt.NDArray[Any], chunk: int) -> tuple[Region, ...]:
+def regions_over(
+    cuts: npt.NDArray[Any], chunk: int, most: int = REGION_ELEMENTS
+) -> tuple[Region, ...]:
     """Regions tiling an array whose elements partitions fill: ``cuts[p]:cuts[p + 1]`` is ``p``'s.
 
-    1. Inside each partition, the whole zarr chunks it alone fills are one region from it alone.
+    1. Inside each partition, the whole zarr chunks it alone fills are regions from it alone,
+       each at most ``most`` elements (rounded down to whole chunks, at least one), so a
+       partition spanning a genome's empty positions makes and writes their ``indptr`` and
+       ``maxima`` a stretch at a time.
     2. Every chunk that a partition edge cuts through is a region of its own, assembled from each
        partition that overlaps it.
 
@@ -291,8 +365,8 @@ def regions_over(cuts: npt.NDArray[Any], chunk: int) -> tuple[Region, ...]:
             continue
         inner_start = -(-start // chunk) * chunk
         inner_stop = stop if stop == total else (stop // chunk) * chunk
-        if inner_start < inner_stop:
-            found.append((inner_start, inner_stop))
+        step = max(most // chunk, 1) * chunk
+        found.extend((a, min(a + step, inner_stop)) for a in range(inner_start, inner_stop, step))
         if start % chunk:
             edges.add((start // chunk) * chunk)
     found.extend((edge, min(edge + chunk, total)) for edge in edges)
@@ -315,7 +389,7 @@ def plan_layout(
     shape: Sequence[int],
     indexed_axis: int,
     index_order: Sequence[int],
-    counts: npt.NDArray[Any],
+    counts: PositionCounts | npt.ArrayLike,
     dtype: npt.DTypeLike,
     *,
     partition_values: int,
@@ -324,7 +398,8 @@ def plan_layout(
     shard: int | None = None,
     spans: npt.NDArray[np.int64] | None = None,
 ) -> LayoutPlan:
-    """Plan the layout making ``indexed_axis`` contiguous, given values per position.
+    """Plan the layout making ``indexed_axis`` contiguous, given values per position (held
+    positions and their counts, or a count per position).
 
     ``partition_values`` is how many values a partition should hold (the memory bound of a sort
     task); ``chunk`` overrides the elements per zarr chunk; ``byte_addressable`` writes each array
@@ -334,26 +409,25 @@ def plan_layout(
     """
     shape = tuple(int(size) for size in shape)
     order = tuple(int(axis) for axis in index_order)
-    counts = np.asarray(counts, dtype=np.int64)
-    nnz = int(counts.sum())
+    held = counts if isinstance(counts, PositionCounts) else PositionCounts.of_dense(counts)
+    nnz = held.nnz
     extent = math.prod(shape[axis] for axis in order)
     width = index_dtype(extent, nnz)
-    indptr = np.zeros(len(counts) + 1, dtype=width)
-    np.cumsum(counts, out=indptr[1:])
-    bounds = partition_bounds(indptr, partition_values, spans)
-    lengths, dtypes = _lengths(len(counts), nnz), _dtypes(np.dtype(dtype), width)
+    bounds = held_bounds(held, partition_values, spans)
+    lengths, dtypes = _lengths(held.length, nnz), _dtypes(np.dtype(dtype), width)
     chunks = {
         name: max(length if byte_addressable else chunk or chunk_for(dtypes[name], length), 1)
         for name, length in lengths.items()
     }
     shards = shard_sizes(shard, chunks, lengths, chunk_given=chunk is not None)
     units = shards or chunks
-    element_cuts = indptr[bounds].astype(np.int64)
+    element_cuts = held.before(bounds).astype(np.int64)
     return LayoutPlan(
         shape=shape,
         indexed_axis=int(indexed_axis),
         index_order=order,
-        indptr=indptr,
+        held=held,
+        index_dtype=np.dtype(width),
         dtype=np.dtype(dtype),
         bounds=bounds,
         chunks=chunks,

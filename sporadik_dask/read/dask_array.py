@@ -55,10 +55,10 @@ def from_sporadik(
         along ``axis``: built from the layout's own arrays without sorting, so reductions along
         the layout's runs (``sum`` over the other axes) are several times cheaper.
     """
-    import dask.array as da
     import sparse
     from dask.base import tokenize
 
+    from sporadik_dask.read.dask_model import read_array
     from sporadik_dask.read.window import as_sporadik_array
 
     opened = open_store(store, storage_options=storage_options)
@@ -77,9 +77,7 @@ def from_sporadik(
     if format == "gcxs":
         meta = meta.asformat("gcxs", compressed_axes=(chosen,))
     name = f"from-sporadik-{tokenize(reader, chunks)}"
-    return as_sporadik_array(
-        da.from_array(reader, chunks=chunks, meta=meta, asarray=False, name=name)
-    )
+    return as_sporadik_array(read_array(reader, chunks, meta, name=name))
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:

@@ -23,6 +23,7 @@ import zarr
 import sporadik_dask.read.statistics as statistics
 from sporadik_dask.format.errors import LayoutError, ScanWarning, SporadikError, StoreReplacedError
 from sporadik_dask.format.spec import MAXIMA, magnitudes
+from sporadik_dask.marks import mark_read
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
@@ -99,7 +100,15 @@ class StoreReader:
     fills in later.
     """
 
-    __slots__ = ("_axis", "_description", "_format", "_opened", "_storage_options", "_store")
+    __slots__ = (
+        "__weakref__",
+        "_axis",
+        "_description",
+        "_format",
+        "_opened",
+        "_storage_options",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -224,10 +233,11 @@ class StoreReader:
         return f"StoreReader({self.location!r}, shape={self.shape}, {axes})"
 
     def __getitem__(self, key: Any) -> Any:
-        """``key`` in :attr:`format`, so dask's own getter can read blocks (and fuse slices)."""
+        """``key`` in :attr:`format`, so dask's own getter can read blocks (and fuse slices);
+        marked as read (:func:`~sporadik_dask.marks.mark_read`)."""
         if self.format == "gcxs" and self.axis is not None:
             return self.read_compressed(key, axis=self.axis)
-        return self.read(key, axis=self.axis)
+        return mark_read(self.read(key, axis=self.axis))
 
     def _check_as_opened(self, failed: Exception | None) -> None:
         """Raise :class:`~sporadik_dask.format.errors.StoreReplacedError` (from ``failed``, what the
@@ -503,4 +513,4 @@ class _Points:
         self._reader = reader
 
     def __getitem__(self, key: Any) -> Any:
-        return self._reader.read_points(key)
+        return mark_read(self._reader.read_points(key))

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import dask.array as da
 import numpy as np
 
+import sporadik_dask.read.dask_model as dask_model
+from sporadik_dask.marks import mark_read
 from sporadik_dask.read.selection import Axis, as_slice, pointwise, take
 
 if TYPE_CHECKING:
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "READ_PREFIX",
-    "READ_PREFIXES",
     "SporadikArray",
     "StoreWindow",
     "reader_of",
@@ -37,18 +38,16 @@ __all__ = [
     "select_points",
 ]
 
-#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so.
+#: Names of dask arrays read from a store by xarray's dask manager, or from a window, begin so
+#: (in dask's graph model; the expression model names an array by its expression).
 READ_PREFIX = "sporadik-read-"
-#: Names of every dask array that is a read of a store begin with one of these (``from_sporadik``
-#: names its reads ``from-sporadik-``).
-READ_PREFIXES = (READ_PREFIX, "from-sporadik-")
 
 
 class StoreWindow:
     """Positions along each axis of a store, read as one array: ``window[key]`` reads the
     positions ``key`` picks of each axis's positions. Pickles as its reader (a location)."""
 
-    __slots__ = ("dropped", "dtype", "positions", "reader", "shape")
+    __slots__ = ("__weakref__", "dropped", "dtype", "positions", "reader", "shape")
 
     def __init__(self, reader: Any, positions: tuple[Axis, ...], dropped: dict[int, int]) -> None:
         self.reader = reader
@@ -64,7 +63,8 @@ class StoreWindow:
         return len(self.shape)
 
     def __getitem__(self, key: Any) -> Any:
-        """The positions ``key`` picks (dask's getter gives slices, and integers it fused)."""
+        """The positions ``key`` picks (dask's getter gives slices, and integers it fused),
+        marked as read (:func:`~sporadik_dask.marks.mark_read`)."""
         key = key if isinstance(key, tuple) else (key,)
         key = key + (slice(None),) * (self.ndim - len(key))
         kept = iter(zip(self.positions, key, strict=True))
@@ -75,7 +75,7 @@ class StoreWindow:
                 continue
             positions, part = next(kept)
             store_key.append(_store_part(take(positions, part, axis)))
-        return self.reader.read(tuple(store_key))
+        return mark_read(self.reader.read(tuple(store_key)))
 
     def __dask_tokenize__(self) -> Any:
         return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
@@ -106,11 +106,33 @@ def _pushed_down(op: Op) -> Any:
     @functools.wraps(own)
     def method(self: da.Array, *args: Any, **kwargs: Any) -> Any:
         given = signature.bind(self, *args, **kwargs).arguments
-        options = {k: given[k] for k in ("dtype", "keepdims", "out") if k in given}
+        options = {k: given[k] for k in ("dtype", "keepdims", "out", "ddof") if k in given}
         pushed = reduced(self, op, given.get("axis"), **options)
         return own(self, *args, **kwargs) if pushed is None else pushed
 
     return method
+
+
+#: numpy's reductions a read of a store answers itself (through ``__array_function__``): the
+#: reduction, and whether NaNs are skipped. dask's ``nanmean``, ``nanvar`` and ``nanstd`` of
+#: ``sparse`` blocks raise (fill values differ between the blocks' parts), and its ``var`` of
+#: boolean or ``GCXS`` blocks too.
+_NUMPY_REDUCTIONS: dict[Any, tuple[Op, bool]] = {
+    np.sum: ("sum", False),
+    np.mean: ("mean", False),
+    np.max: ("max", False),
+    np.amax: ("max", False),
+    np.min: ("min", False),
+    np.amin: ("min", False),
+    np.var: ("var", False),
+    np.std: ("std", False),
+    np.nansum: ("sum", True),
+    np.nanmean: ("mean", True),
+    np.nanmax: ("max", True),
+    np.nanmin: ("min", True),
+    np.nanvar: ("var", True),
+    np.nanstd: ("std", True),
+}
 
 
 class SporadikArray(da.Array):
@@ -134,27 +156,78 @@ class SporadikArray(da.Array):
             return super().__getitem__(index)  # type: ignore[no-untyped-call]
         if routed.expand is not None:
             selected = selected[routed.expand]
-        return selected if routed.front is None else da.moveaxis(selected, routed.front, 0)
+        if routed.front is None:
+            return selected
+        axes = list(range(selected.ndim))  # numpy's move of the array's axis to the front
+        return selected.transpose([routed.front, *axes[: routed.front], *axes[routed.front + 1 :]])
 
     # dask's own, but along some axes of a plain read: one pass over a layout's runs
     sum = _pushed_down("sum")
     mean = _pushed_down("mean")
     max = _pushed_down("max")
     min = _pushed_down("min")
+    var = _pushed_down("var")
+    std = _pushed_down("std")
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """numpy's reductions of this read, with and without NaNs, as :func:`reduced` computes
+        them; every other function is dask's."""
+        if func in _NUMPY_REDUCTIONS and args and args[0] is self:
+            import inspect
+
+            op, skipna = _NUMPY_REDUCTIONS[func]
+            try:
+                given = inspect.signature(func).bind(*args, **kwargs).arguments
+            except TypeError:
+                given = None
+            known = {"a", "axis", "dtype", "keepdims", "out", "ddof"}
+            if given is not None and set(given) <= known:
+                options = {k: given[k] for k in known - {"a", "axis"} if k in given}
+                pushed = reduced(self, op, given.get("axis"), skipna=skipna, **options)
+                if pushed is not None:
+                    return pushed
+        return super().__array_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+
+    @property
+    def vindex(self) -> Any:
+        """``x.vindex[key]``: integer arrays (and slices), one per axis, are a read of those cells
+        (:func:`select_points`); every other key is dask's (the expression model has none)."""
+        from dask.utils import IndexCallable
+
+        return IndexCallable(self._vindex)
 
     def _vindex(self, key: Any) -> Any:
-        """``x.vindex[key]``: integer arrays (and slices), one per axis, are a read of those cells
-        (:func:`select_points`); every other key is dask's."""
         points = select_points(self, key if isinstance(key, tuple) else (key,))
-        return super()._vindex(key) if points is None else points  # type: ignore[no-untyped-call]
+        if points is not None:
+            return points
+        own = getattr(super(), "_vindex", None)
+        if own is None:
+            raise NotImplementedError(
+                f"vindex[{key!r}]: dask's expression model (array.query-planning) has no "
+                "pointwise indexing of its own, and only integer arrays and slices, one per "
+                "axis, are read as points here. Pass such a key, or compute the array first."
+            )
+        return own(key)
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+        return (_read_again, (dask_model.source_of(self), self.chunks, self._meta, self.name))
+
+
+def _read_again(source: Any, chunks: Any, meta: Any, name: str) -> SporadikArray:
+    """An unpickled :class:`SporadikArray`: the same read, registered in this process, with a
+    meta made afresh (an unpickled ``sparse`` array tokenizes otherwise, and the expression
+    model names a read by its meta too)."""
+    import sparse
+
+    fresh = sparse.COO.from_numpy(np.zeros(meta.shape, dtype=meta.dtype))
+    if meta.format != "coo":
+        fresh = fresh.asformat(meta.format, compressed_axes=meta.compressed_axes)
+    return as_sporadik_array(dask_model.read_array(source, chunks, fresh, name=name))
 
 
 def as_sporadik_array(x: da.Array) -> SporadikArray:
     """``x``, a plain read of a store, as a :class:`SporadikArray` (the same graph and name)."""
-    return SporadikArray(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+    return dask_model.rewrap(SporadikArray, x)
 
 
 class _Routed(NamedTuple):
@@ -218,16 +291,10 @@ def _integer(part: Any) -> bool:
 
 
 def reader_of(x: Any) -> Any:
-    """The reader a dask array reads, if its graph is that read and nothing more."""
+    """The reader (or window) a dask array reads, if it is that read and nothing more."""
     from sporadik_dask.read.reader import StoreReader
 
-    if not str(x.name).startswith(READ_PREFIXES):
-        return None
-    layers = x.dask.layers
-    original = layers.get(f"original-{x.name}")
-    if len(layers) != 2 or original is None:
-        return None
-    (held,) = dict(original).values() if len(original) == 1 else (None,)
+    held = dask_model.source_of(x)
     return held if isinstance(held, (StoreReader, StoreWindow)) else None
 
 
@@ -277,15 +344,19 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     window = _window(source, picked)
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return as_sporadik_array(
-        da.from_array(
-            window, chunks=tuple(chunks), meta=meta, asarray=False, name=name, inline_array=False
-        )
-    )
+    return as_sporadik_array(dask_model.read_array(window, tuple(chunks), meta, name=name))
 
 
 def reduced(
-    x: Any, op: Op, axis: Any, *, dtype: Any = None, keepdims: Any = False, out: Any = None
+    x: Any,
+    op: Op,
+    axis: Any,
+    *,
+    skipna: bool = False,
+    ddof: Any = 0,
+    dtype: Any = None,
+    keepdims: Any = False,
+    out: Any = None,
 ) -> Any:
     """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
     (:func:`~sporadik_dask.reduce.spans.reduce_store_dask`), a dask array of ``sparse.COO`` as
@@ -293,9 +364,11 @@ def reduced(
 
     ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every
     block: 5.0 s for a sum per gene of 20.6 M values, where one pass takes 0.4 s. Taken for
-    ``sum``, ``mean``, ``max`` and ``min`` along some axes (not all: the whole array's is one
-    pass of dask's already), with numpy's dtypes and NaNs, and no ``dtype``, ``keepdims`` or
-    ``out``.
+    ``sum``, ``mean``, ``max``, ``min``, ``var`` and ``std`` (with ``ddof``), skipping NaNs or
+    not, with numpy's dtypes and NaNs, and no ``dtype``, ``keepdims`` or ``out``; over all axes
+    too, a 0-d dask array of numpy's scalar: ``sparse``'s sum of a uint64 value near 2**64 is 0,
+    and dask's ``nanvar`` of ``sparse`` blocks raises. Any of an array of no cell is numpy's on
+    it (dask's of ``sparse`` blocks of no value raise).
     """
     import sparse
 
@@ -306,12 +379,15 @@ def reduced(
     from sporadik_dask.reduce.target import Target
 
     source = reader_of(x)
-    if not isinstance(source, StoreReader) or axis is None or dtype is not None or keepdims:
+    if not isinstance(source, StoreReader) or dtype is not None or keepdims or out is not None:
         return None
-    if out is not None or not supported(op, np.dtype(x.dtype)):
+    if x.size == 0:
+        return _of_no_cell(x, op, axis, skipna=skipna, ddof=ddof)
+    if not supported(op, np.dtype(x.dtype)) or not isinstance(ddof, int):
         return None
-    axes = reduced_axes(axis, x.ndim)
-    if len(axes) in (0, x.ndim):
+    axes = reduced_axes(tuple(range(x.ndim)) if axis is None else axis, x.ndim)
+    whole = len(axes) == x.ndim
+    if not axes:
         return None
     refuse_empty(op, x.shape, axes)
     target = Target(tuple(x.shape), axes)
@@ -319,9 +395,9 @@ def reduced(
     if dense is None:
         return None
     result = reduce_store_dask(
-        source, op, target, math.prod(x.numblocks), skipna=False, dense=dense
+        source, op, target, math.prod(x.numblocks), skipna=skipna, ddof=ddof, dense=dense
     )
-    if not dense:
+    if not dense or whole:
         return result
     meta = sparse.COO.from_numpy(np.zeros((0,) * result.ndim, dtype=result.dtype))
     return result.map_blocks(sparse.COO.from_numpy, dtype=result.dtype, meta=meta)
@@ -359,7 +435,7 @@ def select_points(x: Any, key: tuple[Any, ...]) -> Any:
     meta = sparse.COO.from_numpy(np.zeros((0,) * len(shape), dtype=x.dtype))
     name = f"sporadik-points-{tokenize(reader, points)}"
     read = dask.delayed(reader.read_points, pure=True)(points, dask_key_name=name)
-    return da.from_delayed(read, shape, dtype=x.dtype, meta=meta)
+    return dask_model.from_delayed(read, shape, meta)
 
 
 def _not_fused(part: Any) -> bool:
@@ -419,3 +495,20 @@ def _cut(length: int, block: int) -> tuple[int, ...]:
     count = math.ceil(length / max(block, 1))
     base, extra = divmod(length, count)
     return tuple(base + (1 if i < extra else 0) for i in range(count))
+
+
+def _of_no_cell(x: Any, op: Op, axis: Any, *, skipna: bool, ddof: Any) -> Any:
+    """numpy's ``op`` of an array of no cell (a result, or numpy's error), as a dask array of
+    ``sparse.COO``: nothing to read."""
+    import warnings
+
+    import sparse
+
+    name = ("nan" if skipna else "") + op
+    options = {"ddof": ddof} if op in ("var", "std") else {}
+    with warnings.catch_warnings():  # numpy's 'Mean of empty slice': NaN is the answer
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = getattr(np, name)(np.zeros(x.shape, dtype=x.dtype), axis=axis, **options)
+    if np.ndim(result) == 0:
+        return da.from_array(np.asarray(result))
+    return da.from_array(sparse.COO.from_numpy(result), asarray=False)

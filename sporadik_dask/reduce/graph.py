@@ -19,6 +19,8 @@ from dask.base import tokenize
 from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
+import sporadik_dask.read.dask_model as dask_model
+
 if TYPE_CHECKING:
     from sporadik_dask.read.reader import StoreReader
 
@@ -105,9 +107,9 @@ def grouped_reduction(
     the input and the three calls.
     """
     name = f"{label}-{tokenize(x, fields, merge, finish)}"
-    layer = _tree_reduction(name, _block_leaves(fields, x.name, x.chunks), merge, finish)
-    graph = HighLevelGraph.from_collections(name, layer, [x])  # type: ignore[list-item]
-    return _one_block(Delayed(name, graph), shape, meta)
+    held, blocks = dask_model.blocks_of(x)
+    layer = _tree_reduction(name, _block_leaves(fields, blocks, x.chunks), merge, finish)
+    return _one_block(Delayed(name, dask_model.on_blocks(name, layer, held)), shape, meta)
 
 
 def _block_leaves(fields: Call, blocks: str, chunks: Sequence[Sequence[int]]) -> list[Call]:
@@ -153,8 +155,19 @@ class FreshResult(da.Array):
     def __dask_postcompute__(self) -> tuple[Callable[..., Any], tuple[()]]:
         return _the_block, ()
 
+    if dask_model.EXPRESSIONS:
+
+        def optimize(self) -> Any:
+            """The expression model computes the optimized array: this one still."""
+            return dask_model.rewrap(type(self), super().optimize())  # type: ignore[misc]
+
     def __reduce__(self) -> Any:
-        return (type(self), (self.dask, self.name, self.chunks, self.dtype, self._meta))
+        return (_fresh_again, (dask_model.rewrap(da.Array, self),))
+
+
+def _fresh_again(x: da.Array) -> FreshResult:
+    """An unpickled :class:`FreshResult`."""
+    return dask_model.rewrap(FreshResult, x)
 
 
 def _the_block(results: Any) -> Any:
@@ -171,8 +184,7 @@ FRESH_PREFIX = "sporadik-fresh-"
 def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
     """A delayed result as a dask array of one block, of ``meta``'s type and dtype."""
     name = f"{FRESH_PREFIX}{tokenize(result.key, shape, meta.dtype, type(meta))}"
-    array = da.from_delayed(result, shape, dtype=meta.dtype, meta=meta, name=name)
-    return FreshResult(array.dask, array.name, array.chunks, meta=array._meta)  # type: ignore[no-untyped-call]
+    return dask_model.rewrap(FreshResult, dask_model.from_delayed(result, shape, meta, name=name))
 
 
 def as_fresh(x: Any) -> Any:
@@ -181,11 +193,16 @@ def as_fresh(x: Any) -> Any:
     dask then copies as it should."""
     from dask.core import istask
 
-    if type(x) is not da.Array or not str(x.name).startswith(FRESH_PREFIX) or x.npartitions != 1:
+    if (
+        type(x) is not da.Array
+        or not str(x.name).startswith(FRESH_PREFIX)
+        or x.numblocks != (1,) * x.ndim
+    ):
         return x
-    if not istask(x.dask[(x.name,) + (0,) * x.ndim]):
+    held, blocks = dask_model.blocks_of(x)
+    if not istask(held[(blocks,) + (0,) * x.ndim]):
         return x  # persisted: the block is data held by the graph or a worker
-    return FreshResult(x.dask, x.name, x.chunks, meta=x._meta)  # type: ignore[no-untyped-call]
+    return dask_model.rewrap(FreshResult, x)
 
 
 def blockwise_reduction(

@@ -131,9 +131,12 @@ def _extend(graph: HighLevelGraph, name: str, layer: Layer | Deferred) -> HighLe
 
 def pieces_of_blocks(x: da.Array) -> Pieces:
     """One piece per block of a dask array (``sparse``, ``scipy.sparse`` or numpy chunks)."""
+    from sporadik_dask.read.dask_model import blocks_of, on_blocks
+
     name = f"sporadik-pieces-{tokenize(x)}"
-    layer = _block_pieces(name, x.name, x.chunks)
-    return Pieces(HighLevelGraph.from_collections(name, layer, [x]), tuple(layer))  # type: ignore[list-item]
+    held, blocks = blocks_of(x)
+    layer = _block_pieces(name, blocks, x.chunks)
+    return Pieces(on_blocks(name, layer, held), tuple(layer))
 
 
 def _block_pieces(name: str, blocks: str, chunks: Sequence[Sequence[int]]) -> Layer:

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sporadik_dask.format.errors import LayoutError, SporadikError
+from sporadik_dask.read.dask_model import from_delayed
 from sporadik_dask.write.tables import _check_columns
 
 __all__ = ["Split", "parquet_source", "splits_of"]
@@ -363,11 +364,10 @@ def parquet_source(
     stops = [*starts[1:].tolist(), sizes[0]]
     block = dask.delayed(block_of, pure=True)
     pieces = [
-        da.from_delayed(
+        from_delayed(
             block(where, edges, b, start, (stop - start, *sizes[1:]), dtype, values is not None),
-            shape=(stop - start, *sizes[1:]),
-            dtype=dtype,
-            meta=_empty(len(sizes), dtype),
+            (stop - start, *sizes[1:]),
+            _empty(len(sizes), dtype),
         )
         for b, (start, stop) in enumerate(zip(starts.tolist(), stops, strict=True))
     ]

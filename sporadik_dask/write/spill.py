@@ -88,7 +88,7 @@ def shared_directory_for(group: Any, token: str) -> str | None:
     writing the store can write and read, and a write cut short leaves its parts in the torn
     store that ``overwrite=True`` replaces, not beside it where nothing removes them.
     """
-    from sporadik_dask.store.chunks import writable_directory
+    from sporadik_dask.store.objects import writable_directory
 
     base = writable_directory(group)
     return None if base is None else os.path.join(base, f".sporadik-parts-{token}")

@@ -23,7 +23,7 @@ import zarr
 from zarr.storage import StorePath
 
 from sporadik_dask.format.errors import FetchError, LayoutError, SporadikError
-from sporadik_dask.format.spec import check_indices, magnitudes, maxima_dtype
+from sporadik_dask.format.spec import MAXIMA, check_indices, magnitudes, maxima_dtype
 from sporadik_dask.kernels.compiled import LACKS_DTYPE
 from sporadik_dask.kernels.sort import (
     check_runs,
@@ -32,7 +32,9 @@ from sporadik_dask.kernels.sort import (
     sort_by_key,
     split_by_bounds,
 )
-from sporadik_dask.store.chunks import write_chunks
+from sporadik_dask.planning.budgets import DENSE_POSITIONS
+from sporadik_dask.planning.plan import PositionCounts
+from sporadik_dask.store.chunks import write_chunks, write_constant
 from sporadik_dask.store.storage import root_document
 from sporadik_dask.write.spill import PartReader, SpilledPart, SpillTo, write_parts
 
@@ -60,6 +62,8 @@ __all__ = [
     "merge_pieces",
     "piece_of_block",
     "piece_of_layout",
+    "runs_constant",
+    "runs_slice",
     "sort_partition",
     "split_by_cell",
     "split_piece",
@@ -97,13 +101,17 @@ class Runs(NamedTuple):
     maxima: npt.NDArray[Any]
     #: Where each position's run starts in the layout, and where the partition's last run ends.
     indptr: npt.NDArray[Any]
+    #: None when ``maxima`` and ``indptr`` cover every position of the partition; else the
+    #: positions (from the partition's first) they are for, one each, and ``indptr`` one more
+    #: (see :func:`runs_slice`).
+    held: npt.NDArray[np.int64] | None = None
 
 
 class Counted(NamedTuple):
     """Values per position along each counted axis, over one piece or a run of pieces."""
 
-    #: One count array per counted axis.
-    counts: tuple[npt.NDArray[np.int64], ...]
+    #: One count per counted axis: the positions holding values and how many each holds.
+    counts: tuple[PositionCounts, ...]
     #: ``spans[i, k]`` is the first and last position piece ``i`` holds along counted axis ``k``
     #: (``(length, -1)`` for an empty piece), shape ``(pieces, axes, 2)``.
     spans: npt.NDArray[np.int64]
@@ -112,8 +120,8 @@ class Counted(NamedTuple):
 class Tally(NamedTuple):
     """What the count pass finds: values per position along each counted axis, and repeats."""
 
-    #: One count array per counted axis, in the order the axes were given.
-    counts: tuple[npt.NDArray[np.int64], ...]
+    #: One count per counted axis, in the order the axes were given.
+    counts: tuple[PositionCounts, ...]
     #: How many values named a cell another value already named (merged coordinate columns).
     repeats: int
     #: The positions each piece spans along each counted axis, as :attr:`Counted.spans`: a
@@ -374,15 +382,44 @@ def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> Counted:
     for k, (axis, length) in enumerate(extents):
         column = piece.coords[axis]
         spans[0, k] = (column.min(), column.max()) if column.size else (length, -1)
-    counts = tuple(np.bincount(piece.coords[axis], minlength=length) for axis, length in extents)
+    counts = tuple(_counted(piece.coords[axis], length) for axis, length in extents)
     return Counted(counts, spans)
 
 
+def _counted(positions: npt.NDArray[np.int64], length: int) -> PositionCounts:
+    """Values at each position holding any: a bincount when the axis is no longer than the
+    values, else a sort of the positions, so the cost follows whichever is smaller."""
+    if length <= positions.shape[0]:
+        return PositionCounts.of_dense(np.bincount(positions, minlength=length))
+    ordered = np.sort(positions).astype(np.int64, copy=False)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))[: ordered.size]
+    counts = np.diff(np.append(starts, ordered.shape[0]))
+    return PositionCounts(ordered[starts], counts.astype(np.int64), length)
+
+
 def add_counts(*counted: Counted) -> Counted:
-    """Element-wise sum of counts; spans joined in piece order."""
+    """Counts added together, axis by axis; spans joined in piece order."""
     columns = zip(*(c.counts for c in counted), strict=True)
-    counts = tuple(np.sum(column, axis=0) for column in columns)
+    counts = tuple(_added(column) for column in columns)
     return Counted(counts, np.concatenate([c.spans for c in counted]))
+
+
+def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
+    """The sum of counts along one axis: into a dense count when the axis is no longer than the
+    entries, else by merging the held positions."""
+    length = counts[0].length
+    positions = np.concatenate([c.positions for c in counts])
+    values = np.concatenate([c.counts for c in counts])
+    if length <= positions.shape[0]:
+        dense = np.zeros(length, dtype=np.int64)
+        for c in counts:
+            dense[c.positions] += c.counts  # each count names a position once
+        return PositionCounts.of_dense(dense)
+    order = np.argsort(positions, kind="stable")
+    positions, values = positions[order], values[order]
+    starts = np.flatnonzero(np.concatenate(([True], positions[1:] != positions[:-1])))
+    starts = starts[: positions.size]
+    return PositionCounts(positions[starts], np.add.reduceat(values, starts), length)
 
 
 def tally(counted: Counted, repeats: int) -> Tally:
@@ -465,6 +502,10 @@ def sort_partition(
     3. Only if some run is not sorted, sort by the combined key ``position * extent + index``.
     4. Refuse a cell named twice: the counts that fixed ``indptr`` assumed every cell once.
     5. Take each position's largest absolute value and offset.
+
+    A partition spanning more positions than it holds values and than
+    :data:`~sporadik_dask.planning.budgets.DENSE_POSITIONS` (a stretch of a genome) counts only
+    the positions holding values (:func:`_sort_held`).
     """
     first, last = values
     reader = PartReader(parts)
@@ -475,14 +516,12 @@ def sort_partition(
             "so the offsets written would point into the wrong runs. Make the input "
             "deterministic (seed its generator, or persist it) and write again."
         )
+    if stop - start > max(reader.total, DENSE_POSITIONS):
+        return _sort_held(start, stop, extent, index_dtype, values, reader, parts)
     counts = np.zeros(stop - start, dtype=np.int64)
     for part in parts:
         if count_positions(counts, reader.positions(part), start):
-            raise LayoutError(
-                f"A value of positions {start}..{stop - 1} lies outside them: the input gave "
-                "other coordinates the second time it was read. Make the input deterministic "
-                "(seed its generator, or persist it) and write again."
-            )
+            raise _outside(start, stop)
     indices = np.empty(reader.total, dtype=reader.index_dtype)
     data = np.empty(reader.total, dtype=reader.data_dtype)
     offsets = np.cumsum(counts) - counts
@@ -509,6 +548,77 @@ def sort_partition(
     np.cumsum(counts, out=indptr[1:])
     indptr[1:] += first
     return Runs(indices.astype(index_dtype, copy=False), data, maxima, indptr)
+
+
+def _outside(start: int, stop: int) -> LayoutError:
+    return LayoutError(
+        f"A value of positions {start}..{stop - 1} lies outside them: the input gave "
+        "other coordinates the second time it was read. Make the input deterministic "
+        "(seed its generator, or persist it) and write again."
+    )
+
+
+def _sort_held(
+    start: int,
+    stop: int,
+    extent: int,
+    index_dtype: npt.DTypeLike,
+    values: tuple[int, int],
+    reader: PartReader,
+    parts: Sequence[Part | SpilledPart],
+) -> Runs:
+    """:func:`sort_partition` of a partition spanning many more positions than it holds values.
+
+    1. Join the parts and find the distinct positions holding values (a sort of the positions).
+    2. Replace each position by its rank among them, and sort as a partition of those positions
+       alone: ``maxima`` and ``indptr`` come out one per held position, not per position.
+    3. Return them with the held positions; :func:`runs_slice` makes any stretch of the
+       partition's ``maxima`` and ``indptr`` from them, so none is as long as the span.
+    """
+    pairs, data = reader.joined(parts)
+    positions = pairs[0].astype(np.int64) - start
+    if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= stop - start):
+        raise _outside(start, stop)
+    ordered = np.sort(positions)
+    held = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))[: ordered.size]]
+    pairs[0] = np.searchsorted(held, positions)
+    runs = sort_partition(0, held.shape[0], extent, index_dtype, values, Part(pairs, data))
+    return runs._replace(held=held)
+
+
+def runs_slice(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
+    """Elements ``lo:hi`` of one of a partition's arrays, made from its held positions when
+    ``maxima`` and ``indptr`` hold only those: zeros between them for ``maxima``, and for
+    ``indptr`` each held position's offset repeated up to the next."""
+    found: npt.NDArray[Any] = getattr(runs, array)
+    if runs.held is None or array not in (MAXIMA, "indptr"):
+        return found[lo:hi]
+    held = runs.held
+    if array == MAXIMA:
+        out = np.zeros(hi - lo, dtype=found.dtype)
+        k0, k1 = np.searchsorted(held, (lo, hi), side="left")
+        out[held[k0:k1] - lo] = found[k0:k1]
+        return out
+    if hi <= lo:
+        return found[:0]
+    # indptr[j] is the offset of the first held position at or after j
+    k0, k1 = np.searchsorted(held, (lo, hi - 1), side="left")
+    ends = np.append(held[k0:k1] - lo + 1, hi - lo)
+    return np.repeat(found[k0 : k1 + 1], np.diff(ends, prepend=0))
+
+
+def runs_constant(runs: Runs, array: str, lo: int, hi: int) -> Any:
+    """The one value elements ``lo:hi`` of a partition's ``maxima`` or ``indptr`` all hold, when
+    no position holding values lies among them (a genome's empty stretch); else None."""
+    held = runs.held
+    if held is None or array not in (MAXIMA, "indptr") or hi <= lo:
+        return None
+    found: npt.NDArray[Any] = getattr(runs, array)
+    last = hi if array == MAXIMA else hi - 1  # indptr[j] is the run of the first held at or past j
+    k0, k1 = np.searchsorted(held, (lo, last), side="left")
+    if k0 != k1:
+        return None
+    return found.dtype.type(0) if array == MAXIMA else found[k0]
 
 
 def _sorted_by_numpy(
@@ -578,9 +688,14 @@ def write_partition(
     them.
     """
     runs = sort_partition(start, stop, extent, index_dtype, values, *parts)
-    kept = {(array, lo, hi): getattr(runs, array)[lo:hi].copy() for array, lo, hi in edges}
+    kept = {(array, lo, hi): runs_slice(runs, array, lo, hi).copy() for array, lo, hi in edges}
     for ref, first, last, array, lo, hi in own:
-        write_region(ref, first, last, getattr(runs, array)[lo:hi])
+        constant = runs_constant(runs, array, lo, hi)
+        if constant is None:
+            write_region(ref, first, last, runs_slice(runs, array, lo, hi))
+        elif constant:  # a region of zeros is the fill value: no object to write
+            ref.check_still_laid_out()
+            write_constant(ref.open(), first, last, constant)
     return kept
 
 

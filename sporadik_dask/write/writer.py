@@ -26,7 +26,7 @@ from zarr.storage import StorePath
 
 from sporadik_dask.format.errors import IncompleteError, LayoutError, StoreExistsError
 from sporadik_dask.format.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
-from sporadik_dask.planning.budgets import COUNT_BYTES, held_pieces, partition_values
+from sporadik_dask.planning.budgets import held_pieces, partition_values
 from sporadik_dask.planning.plan import LayoutPlan, plan_layout
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
@@ -404,7 +404,6 @@ def plan_source(
             "shard= and byte_addressable=True contradict each other: a byte-addressable array "
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
-    _check_count_bytes(source.shape, axes)
     counts, repeats, spans = count_graph(source.pieces, source.shape, axes).compute()
     if repeats and duplicates == "refuse":
         raise LayoutError(
@@ -428,25 +427,6 @@ def plan_source(
         )
         for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
     }
-
-
-def _check_count_bytes(shape: Sequence[int], axes: Sequence[int]) -> None:
-    """Refuse a layout along an axis so long that counting its values per position, and its
-    ``indptr``, pass ``sporadik.count-bytes``: every count task would allocate that much, and
-    fail with numpy's ``MemoryError`` (or worse, a worker killed) long after the call."""
-    budget = int(dask.config.get("sporadik.count-bytes", COUNT_BYTES))
-    for axis in axes:
-        need = 8 * (int(shape[axis]) + 1)
-        if need > budget:
-            rest = tuple(a for a in axes if a != axis)
-            raise LayoutError(
-                f"Axis {axis} has {shape[axis]:,} positions: a layout making it contiguous "
-                "counts values per position (and stores indptr) in "
-                f"{need / 2**30:,.1f} GiB, held by every count task, past "
-                f"sporadik.count-bytes ({budget / 2**30:g} GiB). Write "
-                f"axes={rest!r} without it, or raise the budget with "
-                f"dask.config.set({{'sporadik.count-bytes': ...}}) if every worker has the memory."
-            )
 
 
 def _read_from(x: Any) -> list[str]:

@@ -1,4 +1,5 @@
-"""Joining sparse blocks along a later axis gives what ``sparse.concatenate`` gives, C order."""
+"""Joining sparse blocks of a read along a later axis gives what ``sparse.concatenate`` gives, C
+order; anyone else's blocks are joined by ``sparse.concatenate`` itself."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import sporadik_dask as sd
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.concatenation import concatenate_in_order
 from sporadik_dask.backend.patches import PATCHES, installed, join_sparse_blocks_in_order
+from sporadik_dask.marks import is_read_sparse, mark_read
 from tests.helpers import random_dense
 
 
@@ -51,7 +53,8 @@ def test_joining_blocks_along_any_axis_is_what_sparse_concatenate_gives(
     for _ in range(blocks):
         shape[axis] = int(rng.integers(0, 5))
         block = sparse.COO.from_numpy(random_dense(rng, shape, 0.4))
-        arrays.append(sparse.COO(block.coords.astype(index), block.data, shape=block.shape))
+        coo = sparse.COO(block.coords.astype(index), block.data, shape=block.shape)
+        arrays.append(mark_read(coo))  # a read's blocks
     _same(concatenate_in_order(arrays, axis=axis), sparse.concatenate(arrays, axis=axis))
 
 
@@ -64,12 +67,13 @@ def test_blocks_with_a_fill_value_or_of_mixed_dtypes_join_as_sparse_joins_them(
     right = sparse.COO.from_numpy(
         np.where(rng.random((4, 2)) < 0.5, 2, fill).astype(np.float32), fill_value=fill
     )
+    left, right = mark_read(left), mark_read(right)
     _same(concatenate_in_order([left, right], 1), sparse.concatenate([left, right], 1))
 
 
 def test_blocks_of_different_fill_values_are_refused_as_sparse_refuses_them() -> None:
-    left = sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0)
-    right = sparse.COO.from_numpy(np.zeros((2, 2)))
+    left = mark_read(sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0))
+    right = mark_read(sparse.COO.from_numpy(np.zeros((2, 2))))
     with pytest.raises(ValueError, match="fill"):
         concatenate_in_order([left, right], 1)
 
@@ -89,6 +93,7 @@ def test_opening_a_store_makes_dask_join_sparse_blocks_so_and_computes_in_c_orde
     assert lazy.numblocks[1] > 1
     with dask.config.set(scheduler="sync"):
         result = lazy.compute()
+    assert is_read_sparse(result)  # the blocks, read, were joined here
     linear = np.ravel_multi_index(tuple(result.coords), result.shape)
     assert np.all(np.diff(linear) > 0)
     np.testing.assert_array_equal(result.todense(), dense[:, picked])
@@ -105,7 +110,7 @@ def test_switched_off_every_join_is_sparse_concatenate(monkeypatch: pytest.Monke
         return joined(arrays, axis=axis)
 
     monkeypatch.setattr(sparse, "concatenate", counted)
-    left, right = (sparse.COO.from_numpy(np.eye(3) * k) for k in (1, 2))
+    left, right = (mark_read(sparse.COO.from_numpy(np.eye(3) * k)) for k in (1, 2))
     concatenate_in_order([left, right], 1)
     assert calls == []  # joined here, by counting sorts
     with dask.config.set({"sporadik.join-in-order": False}):
@@ -141,8 +146,43 @@ def test_lazy_variables_concatenate_and_reindex_as_loaded_ones_do(tmp_path: Path
 def test_one_block_joins_to_itself_not_a_copy(axis: int) -> None:
     """dask joins a column of blocks along each axis in turn: a copy of each would be held
     beside every block and the result."""
-    block = sparse.COO.from_numpy(random_dense(np.random.default_rng(1), (5, 4), 0.4))
+    block = mark_read(sparse.COO.from_numpy(random_dense(np.random.default_rng(1), (5, 4), 0.4)))
     assert concatenate_in_order([block], axis=axis) is block
+
+
+def test_anyone_elses_blocks_are_joined_by_sparse_itself_after_a_store_is_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user's ``sparse.COO`` blocks, or a join of them with a read's, go to
+    ``sparse.concatenate`` (a copy of one block, as sparse makes it), as in a process that never
+    opened a store; the read's blocks alone are joined here."""
+    dense = random_dense(np.random.default_rng(8), (30, 20), 0.3)
+    sd.to_sporadik(dense, tmp_path / "s.zarr")
+    xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks={})
+    join = concatenate_lookup.dispatch(sparse.COO)
+    assert join is concatenate_in_order
+    calls: list[int] = []
+    joined = sparse.concatenate
+
+    def counted(arrays: Any, axis: int = 0) -> Any:
+        calls.append(axis)
+        return joined(arrays, axis=axis)
+
+    monkeypatch.setattr(sparse, "concatenate", counted)
+    user = [sparse.COO.from_numpy(dense[:, :8]), sparse.COO.from_numpy(dense[:, 8:])]
+    read = [mark_read(sparse.COO.from_numpy(dense[:, 8:]))]
+    for blocks in (user, user[:1], user[:1] + read):
+        got = join(blocks, axis=1)
+        assert not is_read_sparse(got) and all(got is not block for block in blocks)
+    assert calls == [1, 1, 1]
+    both = join([mark_read(user[0]), *read], axis=1)
+    assert calls == [1, 1, 1] and is_read_sparse(both)
+    np.testing.assert_array_equal(both.todense(), dense)
+    user_blocks = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 7), asarray=False)
+    with dask.config.set(scheduler="sync"):
+        computed = user_blocks.compute()
+    assert not is_read_sparse(computed) and len(calls) > 3
+    np.testing.assert_array_equal(computed.todense(), dense)
 
 
 @pytest.mark.parametrize("shape", [(7, 5), (4, 5, 3)], ids=["rank 2", "rank 3"])

@@ -2,8 +2,9 @@
 
 ``tests/backend/other_arrays.py`` runs one set of xarray and dask operations on numpy,
 dask-of-numpy, ``sparse.COO``, dask-of-sparse and ``scipy.sparse`` arrays, in a fresh process that
-opens no store and in one that first uses a store every way a user would; every result's types and
-values (or the error it raised) must be the same in both.
+never imports the package and in one that first uses a store every way a user would; every
+result's types and values (or the error it raised) must be the same in both, in either of dask's
+array models (``array.query-planning`` is read from the environment the test runs in).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import xarray as xr
 from distributed import Client
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS, graph_names
 from tests.helpers import labelled, random_dense
 
 #: Loads both entry points as xarray does (after importing xarray), and says which heavy modules
@@ -145,6 +146,9 @@ def test_a_chunked_store_computes_beside_plain_dask_arrays_and_its_own_coordinat
     np.testing.assert_array_equal(counts.sum("gene").compute()["kind"].values, batch)
 
 
+@pytest.mark.skipif(
+    EXPRESSIONS, reason="xarray factorizes a dask coordinate by what dask's expression model lacks"
+)
 def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_path: Path) -> None:
     """xarray asks for the labels of a chunked coordinate to group by; given them, the grouping
     is the single pass, dims in xarray's order for it (groups last), an absent label missing."""
@@ -178,4 +182,4 @@ def test_a_chunked_stored_coordinate_groups_in_one_pass_given_its_labels(tmp_pat
 
 def _holds_xarray_groupby(x: object) -> bool:
     """Whether a dask array's graph holds xarray's (or flox's) grouped reduction."""
-    return any("groupby" in str(name) or "flox" in str(name) for name in x.dask.layers)  # type: ignore[attr-defined]
+    return any("groupby" in name or "flox" in name for name in graph_names(x))  # type: ignore[arg-type]

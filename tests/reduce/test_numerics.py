@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -286,6 +286,28 @@ def _random_values(data: Any, dtype: np.dtype[Any], n: int) -> npt.NDArray[Any]:
     return base.astype(dtype)
 
 
+def _assert_close(
+    got: npt.NDArray[Any], want: npt.NDArray[Any], op: str, dense: npt.NDArray[Any], case: Any
+) -> None:
+    """``got`` is numpy's ``want`` to 1e-5, real and imaginary parts apart (a complex infinity
+    differs by NaN). A mean of int64 values near ±2**63 is taken by numpy in float64, exact to
+    ~eps * |x| only: numpy's answer for 8 such values was 0.0 where the mean is 1/8, the pass's.
+    A complex NaN is any NaN: numpy's ``max`` gives the first it meets, dask's another."""
+    want = want.astype(got.dtype)
+    finite = np.isfinite(want)
+    scale = np.abs(want[finite]).max() if finite.any() else 1.0
+    atol = 1e-9 * scale
+    if "mean" in op:
+        values = np.abs(dense[np.isfinite(dense)]).astype(np.float64)
+        atol += 16 * np.finfo(np.float64).eps * (values.max() if values.size else 0.0)
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    assert (nan_got == nan_want).all(), (case, got, want)
+    for part in (np.real, np.imag):
+        a, b = part(got), part(want)
+        close = np.isclose(a, b, rtol=1e-5, atol=atol, equal_nan=True)
+        assert (close | (a == b) | nan_want).all(), (case, got, want)
+
+
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -332,13 +354,7 @@ def test_random_stores_reduce_as_xarray_does_on_the_dense_array(
             case = (op, kwargs, dimset, mode, shape, dtype)
             assert result.dims == expected.dims, case
             assert got.dtype == typed.dtype, case
-            want = expected.values.astype(got.dtype)
-            finite = np.isfinite(want)
-            scale = np.abs(want[finite]).max() if finite.any() else 1.0
-            for part in (np.real, np.imag):  # apart: a complex infinity differs by NaN
-                a, b = part(got), part(want)
-                close = np.isclose(a, b, rtol=1e-5, atol=1e-9 * scale, equal_nan=True)
-                assert (close | (a == b)).all(), (case, got, want)
+            _assert_close(got, expected.values, op, dense, case)
 
 
 STEPS: dict[str, Callable[[xr.DataArray], Any]] = {
@@ -399,3 +415,57 @@ def test_a_reduction_after_an_elementwise_step_is_xarrays_on_the_dense_array(
             assert got.dtype == call(typed).dtype, (op, how)
             want = expected.values.astype(got.dtype)
             np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True, err_msg=f"{op} {how}")
+
+
+ARRAY_OPS: list[tuple[str, dict[str, Any]]] = [
+    (op, kwargs)
+    for op in ("sum", "mean", "max", "min", "var", "std", "nansum", "nanmean", "nanmax")
+    for kwargs in [dict[str, Any]()]
+] + [("var", {"ddof": 1}), ("nanvar", {"ddof": 1}), ("nanstd", {}), ("nanmin", {})]
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN")
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_stores_reduce_through_from_sporadik_as_numpy_does_on_the_dense_array(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """The dask array of ``from_sporadik`` (``sparse.COO`` blocks, and ``gcxs`` ones) reduced by
+    numpy's functions (dask dispatches them to its reductions) along each axis, over all and
+    over two: numpy's answer on the dense array, or its error. Ranks 2 to 4, axes of no
+    position, every dtype, values at the dtype's limits, NaN, ±inf, large offsets. dask's own
+    ``nanmean``, ``nanvar`` and ``nanstd`` of ``sparse`` blocks raise, and its ``var`` of
+    boolean or ``gcxs`` blocks: the read answers them itself."""
+    rank = data.draw(st.integers(2, 4), label="rank")
+    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
+    dtype = np.dtype(data.draw(st.sampled_from(DTYPES), label="dtype"))
+    density = data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="density")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="mask seed"))
+    mask = rng.random(shape) < density
+    dense = np.zeros(shape, dtype)
+    dense[mask] = _random_values(data, dtype, int(mask.sum()))
+    path = tmp_path / f"{len(list(tmp_path.iterdir()))}.zarr"
+    sd.to_sporadik(sparse.COO.from_numpy(dense), path)
+    chunks = data.draw(st.sampled_from(["auto", 2]), label="chunks")
+    layout = data.draw(st.integers(0, rank - 1), label="layout")
+    gcxs = rank == 2 and dtype != np.float16 and data.draw(st.booleans(), label="gcxs")
+    form: Literal["coo", "gcxs"] = "gcxs" if gcxs else "coo"
+    x = sd.from_sporadik(path, chunks=chunks, axis=layout, format=form)
+    wide = dense.astype(np.float64) if dtype == np.float32 else dense
+    for op, kwargs in ARRAY_OPS:
+        for axis in [None, *range(rank), (0, 1)]:
+            case = (op, kwargs, axis, shape, dtype, chunks, layout, form)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                try:
+                    expected = np.asarray(getattr(np, op)(wide, axis=axis, **kwargs))
+                    typed = np.asarray(getattr(np, op)(dense, axis=axis, **kwargs))
+                except (ValueError, TypeError) as error:
+                    with pytest.raises((type(error), ValueError, TypeError)):
+                        getattr(np, op)(x, axis=axis, **kwargs).compute()
+                    continue
+                result = getattr(np, op)(x, axis=axis, **kwargs).compute()
+            got = np.asarray(result.todense() if hasattr(result, "todense") else result)
+            assert got.shape == expected.shape, case
+            assert got.dtype.kind == typed.dtype.kind, (case, got.dtype, typed.dtype)
+            _assert_close(got, expected, op, dense, case)

@@ -84,7 +84,8 @@ def _objects(root: Path) -> list[str]:
 def test_our_shard_objects_are_the_bytes_zarr_writes_for_the_same_values(tmp_path: Path) -> None:
     """Inner chunks of only zeros are left out of a shard and a shard of only zeros is not
     written, as zarr does; a last shard past the array's end included."""
-    from sporadik_dask.store.chunks import shard_of, write_chunks
+    from sporadik_dask.store.chunks import write_chunks
+    from sporadik_dask.store.shards import shard_of
 
     values = random_dense(np.random.default_rng(1), (1, 1000), 0.5)[0].astype(np.float32)
     values[256:512] = 0  # shard 1: no object
@@ -109,6 +110,38 @@ def test_our_shard_objects_are_the_bytes_zarr_writes_for_the_same_values(tmp_pat
     assert "c/1" not in _objects(tmp_path / "ours")
     for name in _objects(tmp_path / "zarr"):
         assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "zarr" / name).read_bytes()
+
+
+@pytest.mark.parametrize("shards", [None, 256])
+@pytest.mark.parametrize("value", [0, 7, -3])
+def test_a_stretch_of_one_value_is_written_as_the_objects_zarr_writes_for_it(
+    tmp_path: Path, shards: int | None, value: int
+) -> None:
+    """One object encoded for every whole chunk (or shard) of a stretch holding one value (an
+    ``indptr`` over empty positions), the array's last partial chunk padded, zeros not written;
+    and a stretch of values repeating within some chunks written by :func:`write_chunks`."""
+    from sporadik_dask.store.chunks import write_chunks, write_constant
+
+    arrays = [
+        zarr.create_array(
+            tmp_path / name,
+            shape=(1000,),
+            chunks=(64,),
+            shards=None if shards is None else (shards,),
+            dtype="int32",
+        )
+        for name in ("zarr", "ours")
+    ]
+    values = np.full(1000, value, dtype=np.int32)
+    values[:256] = np.repeat(np.arange(4), 64)  # chunks of 0, 1, 2, 3 repeated
+    values[300] = 9  # a chunk (and a shard) of many values
+    arrays[0][:] = values
+    write_chunks(arrays[1], 0, values[:512])
+    write_constant(arrays[1], 512, 1000, value)
+    assert _objects(tmp_path / "ours") == _objects(tmp_path / "zarr")
+    for name in _objects(tmp_path / "zarr"):
+        assert (tmp_path / "ours" / name).read_bytes() == (tmp_path / "zarr" / name).read_bytes()
+    np.testing.assert_array_equal(zarr.open_array(tmp_path / "ours")[:], values)
 
 
 @pytest.mark.parametrize("where", ["directory", "memory"])

@@ -484,3 +484,49 @@ def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -
     part = tasks.Part(np.array([[0, 2, 2], [0, 0, 1]]), np.array([4.0, 1.0, -9.0]))
     runs = tasks.sort_partition(0, 4, 2, np.int32, (0, 3), part)
     np.testing.assert_array_equal(runs.maxima, [4.0, 0.0, 9.0, 0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    length=st.sampled_from([1, 7, 40, 10**6, 5 * 10**9]),
+    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=4),
+)
+def test_counts_added_over_pieces_hold_only_the_positions_holding_values(
+    seed: int, length: int, sizes: list[int]
+) -> None:
+    """Whether a piece counts by bincount (an axis no longer than its values) or by sorting its
+    positions (an axis as long as a genome's), the sum over pieces is numpy's bincount, held as
+    the positions holding values and their counts: nothing as long as the axis."""
+    rng = np.random.default_rng(seed)
+    columns = [rng.integers(0, min(length, 100), size) * (length // 100 or 1) for size in sizes]
+    counted = [
+        tasks.count_piece(tasks.Piece(np.stack([c, c]), np.ones(c.size)), [(1, length)])
+        for c in columns
+    ]
+    (total,) = tasks.add_counts(*counted).counts
+    held, counts = np.unique(np.concatenate(columns), return_counts=True)
+    np.testing.assert_array_equal(total.positions, held)
+    np.testing.assert_array_equal(total.counts, counts)
+    assert total.length == length and total.nnz == sum(sizes)
+
+
+def test_a_partition_spanning_a_genome_stretch_makes_arrays_sized_by_its_values() -> None:
+    """A partition of 3 M positions holding 50 values sorts them into runs with maxima and
+    offsets for its held positions alone; every stretch of ``maxima`` and ``indptr`` written is
+    what a count over every position gives."""
+    rng = np.random.default_rng(5)
+    span, extent, n = 3 * 2**20, 4, 50
+    parts = _parts(rng, span, extent, n, 3)
+    runs = tasks.sort_partition(0, span, extent, np.int32, (10, 10 + n), *parts)
+    positions = np.concatenate([part.pairs[0] for part in parts])
+    data = np.concatenate([part.data for part in parts])
+    held = np.unique(positions)
+    assert runs.maxima.size == held.size and runs.indptr.size == held.size + 1
+    maxima = np.zeros(span)
+    np.maximum.at(maxima, positions, np.abs(data))
+    indptr = 10 + np.concatenate(([0], np.cumsum(np.bincount(positions, minlength=span))))
+    for lo, hi in [(0, span), (0, 1), (int(held[3]), int(held[3]) + 1), (span - 5, span + 1)]:
+        if hi <= span:
+            np.testing.assert_array_equal(tasks.runs_slice(runs, "maxima", lo, hi), maxima[lo:hi])
+        np.testing.assert_array_equal(tasks.runs_slice(runs, "indptr", lo, hi), indptr[lo:hi])
