@@ -82,6 +82,10 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
         "groupby two labels (50 x 4 groups) .sum()",
         ["lazy", "chunks={}", "combined-label", "combined-label chunks={}", "scanpy"],
     ),
+    "select-both": (
+        "15,000 scattered cells x 2,000 scattered genes",
+        ["lazy", "chunks={}", "tocsr", "scipy"],
+    ),
     "handoff": (
         "an 84 % cell mask handed over as a csr_matrix",
         ["lazy", "chunks={}", "sparse-tocsr", "anndata-read", "scipy"],
@@ -94,7 +98,10 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
 #: Idioms left out of a run without ``--idioms``: each has a section of its own (``--section``).
 APART = {"dot-50": "products", "loaded-mask": "loaded", "loaded-genes": "loaded"}
 APART.update(
-    dict.fromkeys(["filter-sum", "genes-sum", "groupby-two", "handoff", "normalize"], "notebook")
+    dict.fromkeys(
+        ["filter-sum", "genes-sum", "groupby-two", "select-both", "handoff", "normalize"],
+        "notebook",
+    )
 )
 
 
@@ -142,6 +149,8 @@ def _notebook_route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
     cell_mask = rng.random(meta["cells"]) < 0.84
     genes = np.sort(rng.choice(meta["genes"], 50, replace=False))
     kinds, batches = rng.integers(0, 50, meta["cells"]), rng.integers(0, 4, meta["cells"])
+    cells = np.sort(rng.choice(meta["cells"], 15_000, replace=False))
+    some_genes = np.sort(rng.choice(meta["genes"], 2_000, replace=False))
     warnings.simplefilter("ignore")
     if route == "scipy":
         csr = _in_memory(cache, meta)
@@ -149,6 +158,8 @@ def _notebook_route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
             return lambda: np.asarray(csr[cell_mask].sum(axis=0)).ravel()
         if idiom == "genes-sum":
             return lambda: np.asarray(csr[:, genes].sum(axis=1)).ravel()
+        if idiom == "select-both":
+            return lambda: csr[cells][:, some_genes]
         return lambda: csr[cell_mask]
     if route == "scanpy":
         import anndata as ad
@@ -184,6 +195,10 @@ def _notebook_route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
         return lambda: _done(counts.isel(cell=cell_mask).sum("cell").data)
     if idiom == "genes-sum":
         return lambda: _done(counts.isel(gene=genes).sum("gene").data)
+    if idiom == "select-both":
+        if route == "tocsr":
+            return lambda: counts.isel(cell=cells, gene=some_genes).sporadik.tocsr()
+        return lambda: _done(counts.isel(cell=cells, gene=some_genes).data)
     if idiom == "groupby-two":
         labelled = counts.assign_coords(kind=("cell", kinds), batch=("cell", batches))
         if route.startswith("combined-label"):
