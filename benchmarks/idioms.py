@@ -69,9 +69,40 @@ IDIOMS: dict[str, tuple[str, list[str]]] = {
         "1,000 genes in a user's order, of the loaded variable",
         ["loaded", "loaded-sparse", "scipy"],
     ),
+    # a notebook's route after QC: a filter, then a reduction, a hand-off and scanpy's steps
+    "filter-sum": (
+        ".isel(cell=84 % mask).sum('cell')",
+        ["lazy", "chunks={}", "scipy"],
+    ),
+    "genes-sum": (
+        ".isel(gene=50 genes).sum('gene') (an MT fraction's numerator)",
+        ["lazy", "chunks={}", "scipy"],
+    ),
+    "groupby-two": (
+        "groupby two labels (50 x 4 groups) .sum()",
+        ["lazy", "chunks={}", "combined-label", "combined-label chunks={}", "scanpy"],
+    ),
+    "select-both": (
+        "15,000 scattered cells x 2,000 scattered genes",
+        ["lazy", "chunks={}", "tocsr", "scipy"],
+    ),
+    "handoff": (
+        "an 84 % cell mask handed over as a csr_matrix",
+        ["lazy", "chunks={}", "sparse-tocsr", "anndata-read", "scipy"],
+    ),
+    "normalize": (
+        "the hand-off, then normalize_total and log1p",
+        ["lazy", "scanpy"],
+    ),
 }
 #: Idioms left out of a run without ``--idioms``: each has a section of its own (``--section``).
 APART = {"dot-50": "products", "loaded-mask": "loaded", "loaded-genes": "loaded"}
+APART.update(
+    dict.fromkeys(
+        ["filter-sum", "genes-sum", "groupby-two", "select-both", "handoff", "normalize"],
+        "notebook",
+    )
+)
 
 
 def _picks(cells: int, genes: int) -> dict[str, Any]:
@@ -103,8 +134,97 @@ def _done(result: Any) -> Any:
     return result.compute() if hasattr(result, "compute") else result
 
 
+def _in_memory(cache: Path, meta: dict[str, Any]) -> Any:
+    """The matrix as scipy's CSR, read from the input before the clock starts."""
+    import scipy.sparse as sp
+
+    rows, cols, data = (np.load(cache / f"{n}.npy") for n in ("rows", "cols", "data"))
+    return sp.csr_matrix((data, (rows, cols)), shape=(meta["cells"], meta["genes"]))
+
+
+def _notebook_route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
+    """The calls of a notebook after QC (``APART`` as ``notebook``), by ``route``."""
+    meta = json.loads((cache / "meta.json").read_text())
+    rng = np.random.default_rng(RNG_SEED)
+    cell_mask = rng.random(meta["cells"]) < 0.84
+    genes = np.sort(rng.choice(meta["genes"], 50, replace=False))
+    kinds, batches = rng.integers(0, 50, meta["cells"]), rng.integers(0, 4, meta["cells"])
+    cells = np.sort(rng.choice(meta["cells"], 15_000, replace=False))
+    some_genes = np.sort(rng.choice(meta["genes"], 2_000, replace=False))
+    warnings.simplefilter("ignore")
+    if route == "scipy":
+        csr = _in_memory(cache, meta)
+        if idiom == "filter-sum":
+            return lambda: np.asarray(csr[cell_mask].sum(axis=0)).ravel()
+        if idiom == "genes-sum":
+            return lambda: np.asarray(csr[:, genes].sum(axis=1)).ravel()
+        if idiom == "select-both":
+            return lambda: csr[cells][:, some_genes]
+        return lambda: csr[cell_mask]
+    if route == "scanpy":
+        import anndata as ad
+        import pandas as pd
+        import scanpy as sc
+
+        csr = _in_memory(cache, meta)
+        if idiom == "normalize":
+            adata = ad.AnnData(X=csr[cell_mask])
+
+            def normalized() -> Any:
+                x = sc.pp.normalize_total(adata, target_sum=1e4, inplace=False)["X"]
+                return sc.pp.log1p(x)
+
+            return normalized
+        obs = pd.DataFrame(
+            {
+                "kind": pd.Categorical(kinds.astype(str)),
+                "batch": pd.Categorical(batches.astype(str)),
+            }
+        )
+        adata = ad.AnnData(X=csr, obs=obs)
+        return lambda: sc.get.aggregate(adata, by=["kind", "batch"], func="sum").layers["sum"]
+    if route == "anndata-read":
+        import anndata as ad
+        import zarr
+
+        group = zarr.open_group(cache / "anndata.zarr", mode="r")["csr"]
+        return lambda: ad.io.read_elem(group)[cell_mask]
+    chunked = route.endswith("chunks={}")
+    counts = _ours(str(cache / "ours-threaded.zarr"), {} if chunked else None)
+    if idiom == "filter-sum":
+        return lambda: _done(counts.isel(cell=cell_mask).sum("cell").data)
+    if idiom == "genes-sum":
+        return lambda: _done(counts.isel(gene=genes).sum("gene").data)
+    if idiom == "select-both":
+        if route == "tocsr":
+            return lambda: counts.isel(cell=cells, gene=some_genes).sporadik.tocsr()
+        return lambda: _done(counts.isel(cell=cells, gene=some_genes).data)
+    if idiom == "groupby-two":
+        labelled = counts.assign_coords(kind=("cell", kinds), batch=("cell", batches))
+        if route.startswith("combined-label"):
+            labelled = labelled.assign_coords(both=("cell", kinds * 4 + batches))
+            return lambda: _done(labelled.groupby("both").sum().data)
+        return lambda: _done(labelled.groupby(["kind", "batch"]).sum().data)
+    if route == "sparse-tocsr":  # what the docs said before the hand-off: sparse's csr_array
+        return lambda: counts.isel(cell=cell_mask).data.tocsr()
+    if idiom == "normalize":
+        import anndata as ad
+        import scanpy as sc
+
+        def handed_normalized() -> Any:
+            adata = ad.AnnData(X=counts.isel(cell=cell_mask).sporadik.tocsr())
+            sc.pp.normalize_total(adata, target_sum=1e4)
+            sc.pp.log1p(adata)
+            return adata.X
+
+        return handed_normalized
+    return lambda: counts.isel(cell=cell_mask).sporadik.tocsr()
+
+
 def _route(idiom: str, route: str, cache: Path) -> Callable[[], Any]:
     """The call that does ``idiom`` by ``route``, after this process's set-up."""
+    if APART.get(idiom) == "notebook":
+        return _notebook_route(idiom, route, cache)
     meta = json.loads((cache / "meta.json").read_text())
     picks = _picks(meta["cells"], meta["genes"])
     store = str(cache / "ours-threaded.zarr")
