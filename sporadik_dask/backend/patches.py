@@ -141,6 +141,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_MANAGER, "DaskManager", "from_array", _pushdown("chunkmanager.keeping_sparse")),
     Patch(_MANAGER, "DaskManager", "compute", _pushdown("chunkmanager.computing_fresh")),
     Patch(_MANAGER, "DaskManager", "normalize_chunks", _pushdown("blocks.auto_as_preferred")),
+    Patch("dask.array.core", "", "elemwise", _pushdown("elementwise.recording")),
 )
 
 #: The attribute a replacement carries: the patch it installs and the original it replaced.
