@@ -10,6 +10,10 @@ so, with scalars and vectors along one axis each, the array also carries the ste
 batch of values (:class:`~sporadik_dask.reduce.elementwise.Transformed`). Anything else done to
 the array (a selection, a transpose) gives an array without the record, reduced block by block
 as before.
+
+An operator or ufunc of a lazily opened variable would read the whole store into memory first
+(xarray takes ``variable.data``): the whole, unread store's variable is handed to it as its dask
+read instead, so ``X * 2`` is lazy and its reductions are one pass too.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from sporadik_dask.reduce.elementwise import (
     ufunc_of,
 )
 
-__all__ = ["Recorded", "recorded", "recording"]
+__all__ = ["Recorded", "chunking_first", "chunking_unary", "recorded", "recording"]
 
 #: The attribute of a dask array holding its :class:`Recorded` steps.
 RECORD = "_sporadik_steps"
@@ -142,3 +146,47 @@ def _operand(arg: Any, shape: tuple[int, ...]) -> Any:
     if len(varying) != 1 or full[varying[0]] != shape[varying[0]]:
         return None
     return varying[0], arg.reshape(-1)
+
+
+def chunking_first(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``xarray.core.variable._broadcast_compat_data`` (a binary operator's operands) or
+    ``xarray.computation.apply_ufunc.broadcast_compat_data`` (a ufunc's), with a lazily opened
+    store's variable made a dask read of it first, so that the step is recorded as any dask
+    read's, where xarray would read the whole store into memory to apply it."""
+
+    @functools.wraps(original)
+    def broadcast_compat_data(variable: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(_as_read(variable), *(_as_read(a) for a in args), **kwargs)
+
+    return broadcast_compat_data
+
+
+def chunking_unary(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``DataArray._unary_op`` (``-X``, ``abs(X)``) of a lazily opened store, as of its dask
+    read."""
+
+    @functools.wraps(original)
+    def _unary_op(self: Any, *args: Any, **kwargs: Any) -> Any:
+        read = _as_read(self.variable)
+        return original(self if read is self.variable else self._replace(read), *args, **kwargs)
+
+    return _unary_op
+
+
+def _as_read(variable: Any) -> Any:
+    """A lazily opened store's whole variable, not read yet, as a variable of its dask read in
+    the blocks it prefers; anything else as it is."""
+    import dask
+    from xarray import Variable
+    from xarray.namedarray.utils import is_duck_array
+
+    from sporadik_dask.backend.array import backend_under
+
+    if not isinstance(variable, Variable) or is_duck_array(variable._data):
+        return variable
+    if not dask.config.get("sporadik.pushdown", True):
+        return variable
+    beneath = backend_under(variable._data)
+    if beneath.backend is None or not beneath.whole:
+        return variable
+    return variable.chunk("auto")

@@ -20,6 +20,7 @@ from sporadik_dask.backend.elementwise import recorded
 from sporadik_dask.reduce.elementwise import AbsentCellsError
 
 MODES: dict[str, dict[str, Any]] = {
+    "lazy": {},
     "chunks={}": {"chunks": {}},
     "small chunks": {"chunks": {"cell": 7, "gene": 5}},
 }
@@ -105,15 +106,17 @@ def test_steps_then_a_reduction_read_the_store_once_and_equal_numpy(
 
 
 @pytest.mark.parametrize("offset", [1e8, 1e4])
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("mode", MODES)
 def test_the_variance_of_steps_over_values_of_a_large_mean_keeps_numpys_digits(
-    tmp_path: Path, offset: float
+    tmp_path: Path, offset: float, mode: str
 ) -> None:
     """Every stored value near ``offset``, every cell stored: a sum of squares would lose every
     digit of the spread."""
     rng = np.random.default_rng(1)
     dense = offset + rng.standard_normal((40, 9))
     path = _store(tmp_path / "s.zarr", dense)
-    x = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
     chains: list[Chain] = [lambda v: v * 0.5, lambda v: v / v.sum("cell") * 1e4]
     for chain in chains:
         steps = chain(x)
@@ -137,13 +140,14 @@ def test_float32_values_stay_float32_through_the_steps_as_numpy_keeps_them(tmp_p
     np.testing.assert_allclose(result.values, expected, rtol=2e-6)
 
 
-def test_dividing_by_a_total_of_zero_is_refused_not_miscounted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+def test_dividing_by_a_total_of_zero_is_refused_not_miscounted(tmp_path: Path, mode: str) -> None:
     """An empty cell's total is 0: numpy fills its row with NaN (0 / 0), cells no pass over
     the stored values would see."""
     dense = _dense(3)
     dense[4] = 0.0
     path = _store(tmp_path / "s.zarr", dense)
-    x = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
     total = x.sum("gene")
     with pytest.raises(AbsentCellsError, match=r"nan.*position 4.*total.where\(total > 0, 1\)"):
         _ = (x / total).mean("cell").values
@@ -159,12 +163,14 @@ FILLING: dict[str, Chain] = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("chain", FILLING.values(), ids=list(FILLING))
 def test_steps_that_fill_the_absent_cells_are_left_to_the_blocks_which_count_them(
-    store: tuple[Path, npt.NDArray[Any]], chain: Chain
+    store: tuple[Path, npt.NDArray[Any]], chain: Chain, mode: str
 ) -> None:
     path, dense = store
-    x = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
     steps = chain(x)
     assert recorded(steps.data) is None
     reductions: list[Chain] = [lambda v: v.sum("cell"), lambda v: v.mean("gene")]
