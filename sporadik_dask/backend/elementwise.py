@@ -3,13 +3,13 @@
 dask builds ``X * 2``, ``np.log1p(X)``, ``X / X.sum("gene")`` of a read as new layers over its
 blocks, and ``sparse`` computes each step of each block in its own kernels (about 10x numpy's
 time on the same values). ``dask.array.core.elemwise`` (which dask's operators and
-``__array_ufunc__`` call) is wrapped: the dask array it returns is unchanged, and when it is a
-ufunc (:data:`~sporadik_dask.reduce.elementwise.UFUNCS`) of a plain read, or of an array recorded
-so, with scalars and vectors along one axis each, the array also carries the steps
-(:class:`Recorded`). A reduction of it then reads the store once and applies the steps to each
-batch of values (:class:`~sporadik_dask.reduce.elementwise.Transformed`). Anything else done to
-the array (a selection, a transpose) gives an array without the record, reduced block by block
-as before.
+``__array_ufunc__`` call) and ``Array.astype`` are wrapped: the dask array they return is
+unchanged, and when it is a ufunc (:data:`~sporadik_dask.reduce.elementwise.UFUNCS`) or a cast
+of a plain read, or of an array recorded so, with scalars and vectors along one axis each, the
+array also carries the steps (:class:`Recorded`). A reduction of it then reads the store once and
+applies the steps to each batch of values
+(:class:`~sporadik_dask.reduce.elementwise.Transformed`). Anything else done to the array (a
+selection, a transpose) gives an array without the record, reduced block by block as before.
 
 An operator or ufunc of a lazily opened variable would read the whole store into memory first
 (xarray takes ``variable.data``): the whole, unread store's variable is handed to it as its dask
@@ -35,7 +35,14 @@ from sporadik_dask.reduce.elementwise import (
     ufunc_of,
 )
 
-__all__ = ["Recorded", "chunking_first", "chunking_unary", "recorded", "recording"]
+__all__ = [
+    "Recorded",
+    "chunking_first",
+    "chunking_unary",
+    "recorded",
+    "recording",
+    "recording_cast",
+]
 
 #: The attribute of a dask array holding its :class:`Recorded` steps.
 RECORD = "_sporadik_steps"
@@ -69,6 +76,28 @@ def recording(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return elemwise
+
+
+def recording_cast(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``dask.array.Array.astype``, its result carrying the cast as a step when the array's
+    steps are recorded (or it is a plain read)."""
+
+    @functools.wraps(original)
+    def astype(self: Any, dtype: Any, **kwargs: Any) -> Any:
+        result = original(self, dtype, **kwargs)
+        before = _prior(self) if result is not self else None
+        if before is not None:
+            cast = Step(None, cast=np.dtype(result.dtype))
+            steps = Steps(
+                (*before.steps.steps, cast),
+                np.dtype(result.dtype),
+                before.steps.source,
+                before.steps.axes,
+            )
+            result.__dict__[RECORD] = Recorded(before.source, steps, before.vectors)
+        return result
+
+    return astype
 
 
 def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:

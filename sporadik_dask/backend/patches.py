@@ -142,6 +142,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_MANAGER, "DaskManager", "compute", _pushdown("chunkmanager.computing_fresh")),
     Patch(_MANAGER, "DaskManager", "normalize_chunks", _pushdown("blocks.auto_as_preferred")),
     Patch("dask.array.core", "", "elemwise", _pushdown("elementwise.recording")),
+    Patch("dask.array.core", "Array", "astype", _pushdown("elementwise.recording_cast")),
     Patch(_VARIABLE, "", "_broadcast_compat_data", _pushdown("elementwise.chunking_first")),
     Patch(
         "xarray.computation.apply_ufunc",

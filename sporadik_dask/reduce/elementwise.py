@@ -97,10 +97,19 @@ Operand = Any  # VALUE, a numpy scalar, or a Vector
 
 @dataclass(frozen=True)
 class Step:
-    """One ufunc and its operands, one of which is :data:`VALUE`."""
+    """One ufunc and its operands, one of which is :data:`VALUE`; or, with no ufunc, a cast of
+    the value to ``cast`` (``astype``)."""
 
-    ufunc: np.ufunc
-    operands: tuple[Operand, ...]
+    ufunc: np.ufunc | None
+    operands: tuple[Operand, ...] = (VALUE,)
+    cast: np.dtype[Any] | None = None
+
+    def __call__(self, args: list[Any]) -> Any:
+        """The step on its operands' values."""
+        if self.ufunc is None:
+            (value,) = args
+            return np.asarray(value).astype(self.cast)
+        return self.ufunc(*args)
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,7 @@ def evaluate(
                 out if o is VALUE else (vector_values[o.number] if isinstance(o, Vector) else o)
                 for o in step.operands
             ]
-            out = step.ufunc(*args)
+            out = step(args)
     return np.asarray(out).astype(steps.dtype, copy=False)
 
 
@@ -161,7 +170,7 @@ def check_absent_zero(steps: Steps, vectors: Sequence[npt.NDArray[Any]]) -> None
                     args.append(vectors[o.number])
                 else:
                     args.append(state if o is VALUE else o)
-            state = np.asarray(step.ufunc(*args))
+            state = np.asarray(step(args))
             if not np.any(state != 0):  # NaN != 0 too
                 state, along = np.zeros((), state.dtype), None
     if np.any(state != 0):
@@ -182,7 +191,10 @@ def _refuse(steps: Steps, state: Any) -> None:
 
 
 def _spelled(steps: Steps) -> str:
-    return " then ".join(step.ufunc.__name__ for step in steps.steps)
+    return " then ".join(
+        f"astype({step.cast})" if step.ufunc is None else step.ufunc.__name__
+        for step in steps.steps
+    )
 
 
 class Transformed:
