@@ -192,3 +192,20 @@ def test_a_selection_of_the_steps_is_reduced_from_its_blocks_and_equals_numpy(
     result = steps.sum("cell")
     expected = _expected(dense, lambda v: (v * 3).isel(gene=slice(2, 9)), lambda v: v.sum("cell"))
     np.testing.assert_allclose(result.values, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+def test_steps_that_stay_sparse_write_back_to_a_store_lazily_and_chunked(
+    store: tuple[Path, npt.NDArray[Any]], tmp_path: Path, mode: str
+) -> None:
+    """Lazily, ``np.log1p(X * 2)`` read the whole store into one ``sparse.COO`` first; it is a
+    dask array of the store's blocks now, written block by block."""
+    import dask.array as da
+
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
+    steps = np.log1p(x * 2)
+    assert isinstance(steps.data, da.Array)
+    sd.to_sporadik(steps.rename("x"), tmp_path / "steps.zarr")
+    back = xr.open_dataset(tmp_path / "steps.zarr", engine="sporadik")["x"].load()
+    np.testing.assert_allclose(back.data.todense(), np.log1p(dense * 2), rtol=1e-12)
