@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -209,3 +209,29 @@ def test_steps_that_stay_sparse_write_back_to_a_store_lazily_and_chunked(
     sd.to_sporadik(steps.rename("x"), tmp_path / "steps.zarr")
     back = xr.open_dataset(tmp_path / "steps.zarr", engine="sporadik")["x"].load()
     np.testing.assert_allclose(back.data.todense(), np.log1p(dense * 2), rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+def test_the_numbers_of_scanpys_seurat_gene_selection_come_from_one_pass_each(
+    store: tuple[Path, npt.NDArray[Any]], mode: str
+) -> None:
+    """scanpy's ``highly_variable_genes(flavor="seurat")`` takes the mean and variance of
+    ``expm1`` of the log-normalized counts per gene; its ``means`` and ``dispersions`` are
+    ``log1p(mean)`` and ``log(var / mean)``. Out of core: the totals, then one pass each."""
+    import anndata
+    import scanpy as sc
+    import scipy.sparse as sp
+
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
+    undone = cast(xr.DataArray, np.expm1(np.log1p(x / x.sum("gene") * 1e4)))
+    mean, var = undone.mean("cell"), undone.var("cell", ddof=1)
+    _one_pass(mean, undone)
+    adata = anndata.AnnData(sp.csr_matrix(dense))
+    sc.pp.normalize_total(adata, target_sum=1e4)
+    sc.pp.log1p(adata)
+    hvg = sc.pp.highly_variable_genes(adata, flavor="seurat", inplace=False)
+    np.testing.assert_allclose(np.log1p(mean.values), hvg["means"], rtol=1e-10)
+    dispersions = np.log(var.values / mean.values)
+    np.testing.assert_allclose(dispersions, hvg["dispersions"], rtol=1e-10)
