@@ -235,3 +235,18 @@ def test_the_numbers_of_scanpys_seurat_gene_selection_come_from_one_pass_each(
     np.testing.assert_allclose(np.log1p(mean.values), hvg["means"], rtol=1e-10)
     dispersions = np.log(var.values / mean.values)
     np.testing.assert_allclose(dispersions, hvg["dispersions"], rtol=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+def test_a_cluster_applies_the_steps_in_its_workers_and_equals_numpy(
+    store: tuple[Path, npt.NDArray[Any]], client: Any
+) -> None:
+    """The reader the spans read through is made by a task from the computed totals, and
+    pickled to the workers with the steps."""
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", chunks={"cell": 9})["x"]
+    chain = CHAINS["log1p(X / X.sum('gene') * 1e4)"]
+    result = chain(x).var("cell")
+    _one_pass(result, chain(x))
+    expected = _expected(dense, chain, lambda v: v.var("cell"))
+    np.testing.assert_allclose(result.compute().values, expected, rtol=1e-12)
