@@ -250,3 +250,22 @@ def test_a_cluster_applies_the_steps_in_its_workers_and_equals_numpy(
     _one_pass(result, chain(x))
     expected = _expected(dense, chain, lambda v: v.var("cell"))
     np.testing.assert_allclose(result.compute().values, expected, rtol=1e-12)
+
+
+def test_a_reduction_of_steps_is_named_by_its_steps_and_vectors_deterministically(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """Two reductions of other steps or vectors in one ``dask.compute`` share no key; the same
+    steps made twice give the same key. Read without computing."""
+    path, _ = store
+    x = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+
+    def name(result: xr.DataArray) -> str:
+        return str(result.data.name)
+
+    assert name((x * 2).sum("cell")) == name((x * 2).sum("cell"))
+    assert name((x * 2).sum("cell")) != name((x * 3).sum("cell"))
+    assert name((x * 2).sum("cell")) != name((x * 2.0).astype(np.float32).sum("cell"))
+    by_cell, by_max = x / x.sum("gene"), x / x.max("gene")
+    assert name(by_cell.mean("cell")) == name((x / x.sum("gene")).mean("cell"))
+    assert name(by_cell.mean("cell")) != name(by_max.mean("cell"))
