@@ -164,8 +164,8 @@ def _operand(arg: Any, shape: tuple[int, ...]) -> Any:
     arg_shape = getattr(arg, "shape", None)
     if arg_shape is None or not hasattr(arg, "dtype") or len(arg_shape) > len(shape):
         return None
-    if not hasattr(arg, "dask") and type(arg) is not np.ndarray:
-        return None  # a sparse or other duck array: left to dask
+    if type(getattr(arg, "_meta", arg)) is not np.ndarray:
+        return None  # a sparse or other duck array, or dask blocks of one: left to dask
     full = (1,) * (len(shape) - len(arg_shape)) + tuple(arg_shape)
     varying = [a for a, n in enumerate(full) if n != 1]
     if not varying:

@@ -275,3 +275,19 @@ def test_a_reduction_of_steps_is_named_by_its_steps_and_vectors_deterministicall
     by_cell, by_max = x / x.sum("gene"), x / x.max("gene")
     assert name(by_cell.mean("cell")) == name((x / x.sum("gene")).mean("cell"))
     assert name(by_cell.mean("cell")) != name(by_max.mean("cell"))
+
+
+def test_a_vector_of_sparse_blocks_is_left_to_dask_and_equals_numpy(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """Only numpy vectors (or dask arrays of numpy blocks) are taken at each value; a sparse one
+    would be refused where the reader is made, after the graph was built."""
+    import dask.array as da
+
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", chunks={})["x"]
+    weights = np.linspace(1, 2, dense.shape[1])
+    held = da.from_array(sparse.COO.from_numpy(weights[None, :]), asarray=False)
+    steps = x.copy(data=x.data * held)
+    assert recorded(steps.data) is None
+    np.testing.assert_allclose(steps.sum("cell").values, (dense * weights).sum(0), rtol=1e-12)
