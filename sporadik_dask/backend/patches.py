@@ -142,6 +142,18 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_MANAGER, "DaskManager", "compute", _pushdown("chunkmanager.computing_fresh")),
     Patch(_MANAGER, "DaskManager", "normalize_chunks", _pushdown("blocks.auto_as_preferred")),
     Patch("xarray.core.formatting", "", "dataset_repr", _pushdown("summary.summarizing_stored")),
+    Patch("dask.array.core", "", "elemwise", _pushdown("elementwise.recording")),
+    Patch("dask.array.core", "Array", "astype", _pushdown("elementwise.recording_cast")),
+    Patch(_VARIABLE, "", "_broadcast_compat_data", _pushdown("elementwise.chunking_first")),
+    Patch(
+        "xarray.computation.apply_ufunc",
+        "",
+        "broadcast_compat_data",
+        _pushdown("elementwise.chunking_first"),
+    ),
+    Patch(
+        "xarray.core.dataarray", "DataArray", "_unary_op", _pushdown("elementwise.chunking_unary")
+    ),
 )
 
 #: The attribute a replacement carries: the patch it installs and the original it replaced.

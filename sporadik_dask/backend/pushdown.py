@@ -28,6 +28,7 @@ import numpy.typing as npt
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under
 from sporadik_dask.backend.chunkmanager import plain_dask_array
+from sporadik_dask.backend.elementwise import Recorded, recorded
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.window import reader_of
@@ -179,6 +180,9 @@ def _pushed_data(
     from sporadik_dask.reduce.store import reduce_store
 
     held = variable._data
+    steps = recorded(held)
+    if steps is not None:  # elementwise steps of a whole read: applied as the pass reads
+        return _transformed_dask(steps, target, op, skipna, ddof, dense)
     if is_read_dask(held):
         source = reader_of(held)
         if isinstance(source, StoreReader):  # still a plain read of the whole store: its runs
@@ -263,6 +267,24 @@ def _selection_reduced(
         return None
     data = reduce_store(reader, op, grouped, skipna=skipna, ddof=ddof, dense=dense)
     return data.reshape(target.out_shape)
+
+
+def _transformed_dask(
+    steps: Recorded, target: Any, op: Any, skipna: bool, ddof: int, dense: bool
+) -> Any:
+    """``op`` of a read's elementwise steps, one pass over the store applying them."""
+    import dask.array as da
+
+    from sporadik_dask.reduce.elementwise import Transformed
+    from sporadik_dask.reduce.spans import reduce_store_dask
+
+    source = steps.source
+    reader = Transformed(reader_of(source), steps.steps)
+    vectors = [v if hasattr(v, "dask") else da.from_array(v, chunks=-1) for v in steps.vectors]
+    spans = math.prod(source.numblocks)
+    return reduce_store_dask(
+        reader, op, target, spans, skipna=skipna, ddof=ddof, dense=dense, vectors=vectors
+    )
 
 
 def _in_store(target: Any, axes: tuple[int, ...]) -> Any:

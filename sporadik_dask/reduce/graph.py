@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sporadik_dask.read.reader import StoreReader
 
 __all__ = [
+    "MADE_READER",
     "FreshResult",
     "as_fresh",
     "block_offsets",
@@ -38,6 +39,9 @@ Key = Any
 Layer = dict[Key, Any]
 #: A task before its inputs: a function and its leading arguments.
 Call = tuple[Any, ...]
+
+#: Stands in a span's call for the reader one task makes (:func:`store_reduction`'s ``made``).
+MADE_READER = "sporadik-made-reader"
 
 #: Fields of spans or blocks one task of a reduction merges.
 REDUCE_FAN_IN = 8
@@ -74,6 +78,7 @@ def store_reduction(
     finish: Call,
     shape: tuple[int, ...],
     meta: Any,
+    made: tuple[Call, Sequence[da.Array]] | None = None,
 ) -> da.Array:
     """A reduction of a store as a one-block dask array: one task per span of positions
     ``bounds[i]:bounds[i + 1]``, each reading its own runs, merged as :func:`_tree_reduction`.
@@ -81,12 +86,20 @@ def store_reduction(
     ``(*fields, (first, last))`` gives a span's fields; ``merge`` and ``finish`` are as in
     :func:`_tree_reduction`. Named by the reader (store, layout), the spans and the three calls
     (the reduction, its target and options), so reductions of other stores, groupings or options
-    share no key.
+    share no key. With ``made = (call, inputs)``, the reader is made by one task,
+    ``(*call, *inputs)`` with each input a dask array's one block, and every span reads through
+    it (in ``fields``, the reader's place holds :data:`MADE_READER`).
     """
-    name = f"{label}-{tokenize(reader, bounds, fields, merge, finish)}"
+    inputs = [] if made is None else [x.rechunk(-1) for x in made[1]]
+    name = f"{label}-{tokenize(reader, bounds, fields, merge, finish, made)}"
+    if made is not None:
+        key = (name, "reader")
+        fields = tuple(key if part is MADE_READER else part for part in fields)
     spans = zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     layer = _tree_reduction(name, [(*fields, span) for span in spans], merge, finish)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[])
+    if made is not None:
+        layer[key] = (*made[0], *[(x.name,) + (0,) * x.ndim for x in inputs])
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=inputs)
     return _one_block(Delayed(name, graph), shape, meta)
 
 

@@ -64,7 +64,7 @@ def affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> Affine 
     grouped, a ravel order the output's does not share), and for dtypes or ops the kernel does
     not take."""
     if (
-        dtype.kind not in "fiu"
+        dtype.kind not in "biuf"
         or op in ("max", "min")
         or (op == "mean" and dtype.kind in "iu" and dtype.itemsize == 8)  # see widened
     ):

@@ -4,6 +4,7 @@ fields merged in a tree, or their finished cells laid down once."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,15 +38,24 @@ def reduce_store_dask(
     skipna: bool,
     ddof: int = 0,
     dense: bool = True,
+    vectors: Sequence[Any] = (),
 ) -> Any:
     """:func:`reduce_store` as a dask array: one task per span of the layout's positions (about
     equal in values), their fields added in a tree, so every worker reads its own runs; for a
     dense result, no more spans than ``sporadik.dense-partials-bytes`` of their fields hold.
     Spans of a sparse sum or mean that keeps the layout's axis ungrouped share no output cell:
     each span's finished cells are laid into the result once (:func:`place_spans`), not
-    merged."""
+    merged. ``reader`` may be a :class:`~sporadik_dask.reduce.elementwise.Transformed` whose
+    vector operands are the dask arrays ``vectors``, computed once and given to every span."""
     from sporadik_dask.planning.plan import partition_bounds
-    from sporadik_dask.reduce.graph import store_reduction
+    from sporadik_dask.reduce.elementwise import Transformed
+    from sporadik_dask.reduce.graph import MADE_READER, store_reduction
+
+    made = None
+    if vectors:
+        assert isinstance(reader, Transformed), "vectors are a transformed reader's operands"
+        made = ((Transformed.made, reader.reader, reader.steps), list(vectors))
+    in_task = MADE_READER if made is not None else reader
 
     layout = layout_for(reader, target, dense)
     layout.check_whole_read(reader.location)
@@ -68,21 +78,23 @@ def reduce_store_dask(
             reader,
             bounds,
             label=f"sporadik-{op}",
-            fields=(span_cells, reader, op, target, skipna, cells, disjoint.lead),
+            fields=(span_cells, in_task, op, target, skipna, cells, disjoint.lead),
             merge=None,
             finish=(place_spans, target.out_shape, cells),
             shape=target.out_shape,
             meta=meta,
+            made=made,
         )
     return store_reduction(
         reader,
         bounds,
         label=f"sporadik-{op}",
-        fields=(store_fields, reader, op, target, skipna, dense),
+        fields=(store_fields, in_task, op, target, skipna, dense),
         merge=(merge_spans, op, target, layout.indexed_axis, reader.dtype),
         finish=(finish_fields, op, target, reader.dtype, skipna, ddof),
         shape=target.out_shape,
         meta=meta,
+        made=made,
     )
 
 
