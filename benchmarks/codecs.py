@@ -5,15 +5,15 @@ anndata writing the same matrix.
 
 Two count matrices (float32 counts): a realistic one (log-normal reads per cell, genes drawn with
 Zipf weights, so counts are Poisson given a cell's size) and a uniform one (counts 1-10 at 5 %
-density). Per chain, both layouts are written (``to_sporadik(..., codecs=...)``); then a full pass
-(``totals`` per cell and per gene), 1,000 random cells (``isel(...).data``), and the bare decode of
-every chunk of one layout's ``data`` and ``indices``
-(:func:`~sporadik_dask.store.chunks.read_joined`), each the fastest of ``--repeats``, chains in
-turn each round, after one round on 2,000 cells that is not counted. BPCells (``pip install
-bpcells``: ``bpcells.experimental.DirMatrix``) writes the counts as uint32 cell-major (CSR) and
-gene-major (CSC) and reads them back whole and by 1,000 random cells; it is left out when not
-installed. anndata writes one layout (CSR) with its defaults. Results replace the section between
-this script's markers in ``docs/benchmarks.md``.
+density). Per chain (and once more with ``blosc-zstd`` after casting the counts to uint16), both
+layouts are written (``to_sporadik(..., codecs=...)``); then a full pass (``totals`` per cell and
+per gene), 1,000 random cells (``isel(...).data``), and the bare decode of every chunk of one
+layout's ``data`` and ``indices`` (:func:`~sporadik_dask.store.chunks.read_joined`), each the
+fastest of ``--repeats``, chains in turn each round, after one round on 2,000 cells that is not
+counted. BPCells (``pip install bpcells``: ``bpcells.experimental.DirMatrix``) writes the counts as
+uint32 cell-major (CSR) and gene-major (CSC) and reads them back whole and by 1,000 random cells; it
+is left out when not installed. anndata writes one layout (CSR) with its defaults. Results replace
+the section between this script's markers in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ from page import publish
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- codecs: made by benchmarks/codecs.py -->"
 END = "<!-- /codecs -->"
-CHAINS = ("zstd", "blosc-zstd", "blosc-lz4")
+#: What each row writes: its codecs, and the dtype the counts are cast to first (None: float32).
+CHAINS = {
+    "zstd": ("zstd", None),
+    "blosc-zstd": ("blosc-zstd", None),
+    "blosc-lz4": ("blosc-lz4", None),
+    "blosc-zstd, counts cast to uint16": ("blosc-zstd", np.uint16),
+}
 
 
 def realistic(cells: int, genes: int, seed: int = 0) -> sp.csr_matrix:
@@ -73,7 +79,7 @@ def _timed(work: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _ours(matrix: sp.csr_matrix, chain: str, where: Path, cells: np.ndarray) -> dict[str, float]:
+def _ours(matrix: sp.csr_matrix, row: str, where: Path, cells: np.ndarray) -> dict[str, float]:
     """One round of one chain: write both layouts, then the reads."""
     import xarray as xr
     import zarr
@@ -81,7 +87,10 @@ def _ours(matrix: sp.csr_matrix, chain: str, where: Path, cells: np.ndarray) -> 
     import sporadik_dask as sd
     from sporadik_dask.store.chunks import read_joined
 
-    store = where / f"{chain}.zarr"
+    chain, dtype = CHAINS[row]
+    if dtype is not None:
+        matrix = matrix.astype(dtype)
+    store = where / "ours.zarr"
     shutil.rmtree(store, ignore_errors=True)
     found = {"write": _timed(lambda: sd.to_sporadik(matrix, store, codecs=chain))}  # type: ignore[arg-type]
     for axis in (0, 1):
@@ -137,12 +146,12 @@ def _anndata(matrix: sp.csr_matrix, where: Path) -> dict[str, float]:
 
 def _table(name: str, matrix: sp.csr_matrix, repeats: int, where: Path) -> list[str]:
     cells = np.sort(np.random.default_rng(1).choice(matrix.shape[0], 1000, replace=False))
-    for chain in CHAINS:  # compiles the kernels and warms the caches; not counted
-        _ours(matrix[:2000], chain, where, cells[cells < 2000])
+    for row in CHAINS:  # compiles the kernels and warms the caches; not counted
+        _ours(matrix[:2000], row, where, cells[cells < 2000])
     rounds: dict[str, list[dict[str, float]]] = {}
     for _ in range(repeats):
-        for chain in CHAINS:
-            rounds.setdefault(chain, []).append(_ours(matrix, chain, where, cells))
+        for row in CHAINS:
+            rounds.setdefault(row, []).append(_ours(matrix, row, where, cells))
         theirs = _bpcells(matrix, where, cells)
         if theirs is not None:
             rounds.setdefault("BPCells (uint32)", []).append(theirs)
