@@ -34,6 +34,8 @@ from sporadik_dask.format.errors import (
 if TYPE_CHECKING:
     from sporadik_dask.format.spec import SPEC_VERSION
     from sporadik_dask.read import StoreReader, from_sporadik
+    from sporadik_dask.read.batches import Batch, Minibatches
+    from sporadik_dask.read.torch_dataset import MinibatchDataset
     from sporadik_dask.read.validate import validate
     from sporadik_dask.store.describe import LayoutDescription, StoreDescription, describe
     from sporadik_dask.write.writer import StoreWrite, add_axis, to_sporadik
@@ -46,6 +48,9 @@ _LAZY = {
     "LayoutDescription": "sporadik_dask.store.describe",
     "StoreDescription": "sporadik_dask.store.describe",
     "describe": "sporadik_dask.store.describe",
+    "Batch": "sporadik_dask.read.batches",
+    "Minibatches": "sporadik_dask.read.batches",
+    "MinibatchDataset": "sporadik_dask.read.torch_dataset",
     "StoreReader": "sporadik_dask.read",
     "from_sporadik": "sporadik_dask.read",
     "validate": "sporadik_dask.read.validate",
@@ -61,10 +66,13 @@ __all__ = [
     "SPEC_VERSION",
     "AbsentChunkError",
     "AbsentChunkWarning",
+    "Batch",
     "FetchError",
     "IncompleteError",
     "LayoutDescription",
     "LayoutError",
+    "MinibatchDataset",
+    "Minibatches",
     "ScanWarning",
     "SpecError",
     "SporadikError",

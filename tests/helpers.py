@@ -178,6 +178,17 @@ class RecordingStore(WrapperStore[Store]):
         await self._store.set(key, value)
 
 
+def first_block(x: Any) -> Any:
+    """The first block of the dask array ``x``, computed alone, in either of dask's array models
+    (the expression model has no ``.blocks``)."""
+    import dask
+
+    from sporadik_dask.read.dask_model import blocks_of
+
+    graph, name = blocks_of(x)
+    return dask.get(dict(graph), (name, *(0,) * x.ndim))
+
+
 def zarr_array(group: zarr.Group, name: str) -> zarr.Array[Any]:
     """The zarr array ``name`` inside ``group`` (indexing a group may also give a group)."""
     array = group[name]

@@ -154,9 +154,20 @@ def _missing_below(data: Any, valid: Any, min_count: int, *, whole: bool) -> Any
 
     short = valid < min_count
     if whole:
-        return np.where(short, np.nan, data)
+        return _where(short, np.nan, data)
     dtype, fill = dtypes.maybe_promote(data.dtype)
-    return np.where(short, fill, data.astype(dtype))
+    return _where(short, fill, data.astype(dtype))
+
+
+def _where(condition: Any, fill: Any, data: Any) -> Any:
+    """``np.where(condition, fill, data)``, block by block for dask arrays (dask's expression
+    model has no ``where``)."""
+    import dask.array as da
+
+    if not isinstance(condition, da.Array) and not isinstance(data, da.Array):
+        return np.where(condition, fill, data)
+    dtype = np.result_type(np.asarray(fill), data.dtype)
+    return da.map_blocks(np.where, condition, fill, data, dtype=dtype)
 
 
 def _pushed_data(

@@ -33,7 +33,9 @@ __all__ = [
     "SELECTION_READ_VALUES",
     "SPARSE_BATCH_CELLS",
     "TOTALS_BATCH",
+    "WINDOW_VALUES",
     "balanced_blocks",
+    "batches_per_window",
     "block_count",
     "block_values",
     "partition_values",
@@ -97,6 +99,11 @@ SPARSE_BATCH_CELLS = 2**23
 #: at, so positions denser than the mean do not push it over: blocks of 1,000+ positions with
 #: Poisson counts stray by about 1 % from the mean, skewed ones by more.
 ESTIMATE_HEADROOM = 0.8
+
+#: Values a minibatch window (its batches, read together) aims at: every zarr chunk the window's
+#: positions touch is decoded once for all its batches, so a bigger window decodes fewer chunks
+#: per batch, and the loader holds its prefetch depth plus one of them.
+WINDOW_VALUES = 2**23
 
 #: Bytes of one coordinate of one value in a ``sparse.COO`` (int64).
 COORDINATE_BYTES = 8
@@ -210,3 +217,10 @@ def partition_values(dtype: np.dtype[Any], partition_bytes: int | None) -> int:
 
     budget = partition_bytes or int(dask.config.get("sporadik.partition-bytes", PARTITION_BYTES))
     return max(budget // (16 + np.dtype(dtype).itemsize), 1)
+
+
+def batches_per_window(batch_size: int, values: int, positions: int) -> int:
+    """Batches of ``batch_size`` positions read together, so a window holds about
+    :data:`WINDOW_VALUES` of a layout's ``values`` over its ``positions`` (at least one batch)."""
+    per_batch = batch_size * values / max(positions, 1)
+    return max(1, int(WINDOW_VALUES // max(per_batch, 1.0)))

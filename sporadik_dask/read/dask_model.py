@@ -15,13 +15,14 @@ asks what is beneath them only through this module, so both models give the same
    some graph or expression holds the source), so :func:`source_of` finds the reader of a plain
    read and :func:`reads_beneath` any read beneath an array, in either model;
 4. the names beneath an array (:func:`names_beneath`): its graph's layers, or its expression's
-   operands.
+   operands;
+5. a tree reduction with a meta of its result (:func:`reduction`).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import dask.array as da
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPRESSIONS",
     "blocks_of",
+    "blocks_of_arrays",
     "from_delayed",
     "from_graph",
     "graph_names",
@@ -39,6 +41,7 @@ __all__ = [
     "on_blocks",
     "read_array",
     "reads_beneath",
+    "reduction",
     "rewrap",
     "source_of",
 ]
@@ -104,6 +107,28 @@ def blocks_of(x: da.Array) -> tuple[HighLevelGraph, str]:
         first = first[0]
     blocks = str(first[0])
     return HighLevelGraph.from_collections(blocks, dict(x.__dask_graph__()), []), blocks
+
+
+def reduction(x: da.Array, chunk: Any, aggregate: Any, *, meta: Any, **kwargs: Any) -> da.Array:
+    """dask's tree ``reduction`` of ``x``, whose result has the meta ``meta``.
+
+    The graph model takes ``meta`` as the result's; the expression model takes it as what
+    ``chunk`` gives (and reshapes it to the result's rank, failing), so there the metas are
+    made by ``chunk`` and ``aggregate`` themselves, called with ``computing_meta=True``.
+    """
+    array: da.Array = da.reduction(
+        x, chunk, aggregate, meta=None if EXPRESSIONS else meta, **kwargs
+    )
+    return array
+
+
+def blocks_of_arrays(arrays: Sequence[da.Array]) -> tuple[HighLevelGraph, list[str]]:
+    """A graph holding the blocks of every array of ``arrays`` (:func:`blocks_of`), and the
+    name of each one's block keys."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    held = [blocks_of(x) for x in arrays]
+    return HighLevelGraph.merge(*(graph for graph, _ in held)), [name for _, name in held]
 
 
 def on_blocks(name: str, layer: Mapping[Any, Any], graph: HighLevelGraph) -> HighLevelGraph:

@@ -7,7 +7,7 @@ round trips of latency whatever its size. This is the reader's only I/O besides 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -15,14 +15,14 @@ import zarr
 
 from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.format.spec import check_indices
-from sporadik_dask.kernels.runs import gather_runs
+from sporadik_dask.kernels.runs import copy_pieces, gather_runs
 from sporadik_dask.planning.budgets import BATCH_VALUES
 from sporadik_dask.read.routing import Brackets, run_chunks
 from sporadik_dask.read.selection import Positions, distinct
-from sporadik_dask.store.chunks import read_joined
+from sporadik_dask.store.chunks import read_joined, read_visited
 from sporadik_dask.store.describe import LayoutDescription
 
-__all__ = ["fetch_brackets", "fetch_runs", "fetch_values"]
+__all__ = ["fetch_brackets", "fetch_runs", "fetch_runs_in_place", "fetch_values"]
 
 
 def _elements(
@@ -160,3 +160,74 @@ def _take_runs(
             start = np.searchsorted(ids, blo // chunk) * chunk + blo % chunk
             gather_runs(table, start, counts[batch], results[k], at[batch])
     return results
+
+
+class _Pieces(NamedTuple):
+    """The runs' parts inside each zarr chunk of one array: chunk ``ids[k]`` holds the pieces
+    ``bounds[k]:bounds[k + 1]``, each ``[starts, stops)`` of the chunk going to ``places`` on."""
+
+    ids: npt.NDArray[np.int64]
+    bounds: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    stops: npt.NDArray[np.int64]
+    places: npt.NDArray[np.int64]
+
+
+def _pieces(brackets: Brackets, places: npt.NDArray[np.int64], chunk: int) -> _Pieces:
+    """Each run ``[lo, hi)`` going to ``places``, cut at the boundaries of ``chunk`` elements and
+    grouped by chunk (a run's pieces in order)."""
+    lo, hi = brackets
+    live = hi > lo
+    lo, hi, places = lo[live], hi[live], places[live]
+    first = lo // chunk
+    spans = (hi - 1) // chunk - first + 1
+    run = np.repeat(np.arange(lo.size, dtype=np.int64), spans)
+    ids = (
+        first[run]
+        + np.arange(run.size, dtype=np.int64)
+        - np.repeat(np.cumsum(spans) - spans, spans)
+    )
+    begin = np.maximum(lo[run], ids * chunk)
+    end = np.minimum(hi[run], (ids + 1) * chunk)
+    at = places[run] + begin - lo[run]
+    if ids.size > 1 and not bool(np.all(ids[1:] >= ids[:-1])):
+        order = np.argsort(ids, kind="stable")
+        ids, begin, end, at = ids[order], begin[order], end[order], at[order]
+    new = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1]))) if ids.size else ids
+    bounds = np.append(new, ids.size).astype(np.int64)
+    base = ids * chunk
+    return _Pieces(ids[new], bounds, begin - base, end - base, at)
+
+
+def fetch_runs_in_place(
+    layout: LayoutDescription,
+    arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
+    brackets: Brackets,
+    location: str,
+) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
+    """Wave two for runs in any order, repeats allowed: the indices (stored dtype, checked) and
+    values of run after run, as :func:`fetch_runs` gives them, holding only what is taken.
+
+    :func:`fetch_runs` joins every chunk the runs touch and gathers from the join: for runs
+    scattered over many chunks (random cells, a few values each of 128 KB chunks) the join is
+    most of the read's memory and a second copy. Here each chunk is decoded by a thread into a
+    chunk it reuses, and the pieces of runs it holds are copied straight into their places in
+    the result (:func:`~sporadik_dask.store.chunks.read_visited`); each chunk is still fetched
+    and decoded once, however many runs it serves.
+    """
+    counts = brackets[1] - brackets[0]
+    places = np.cumsum(counts) - counts
+    total = int(counts.sum())
+    outs = [np.empty(total, dtype=array.dtype) for array in arrays]
+    if total == 0:
+        return outs[0], outs[1]
+    cuts = [_pieces(brackets, places, layout.chunks[name]) for name in ("indices", "data")]
+
+    def visit(request: int, k: int, values: npt.NDArray[Any]) -> None:
+        cut = cuts[request]
+        b0, b1 = int(cut.bounds[k]), int(cut.bounds[k + 1])
+        copy_pieces(values, cut.starts[b0:b1], cut.stops[b0:b1], cut.places[b0:b1], outs[request])
+
+    read_visited([(array, cut.ids) for array, cut in zip(arrays, cuts, strict=True)], visit)
+    check_indices(outs[0], layout.extent, f"Layout {layout.path!r} in {location}")
+    return outs[0], outs[1]

@@ -25,7 +25,12 @@ from sporadik_dask.format.errors import LayoutError, ScanWarning, SporadikError,
 from sporadik_dask.format.spec import MAXIMA, magnitudes
 from sporadik_dask.marks import mark_read
 from sporadik_dask.read.assembly import assemble, assemble_points
-from sporadik_dask.read.fetch import fetch_brackets, fetch_runs, fetch_values
+from sporadik_dask.read.fetch import (
+    fetch_brackets,
+    fetch_runs,
+    fetch_runs_in_place,
+    fetch_values,
+)
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
 from sporadik_dask.read.selection import (
     Positions,
@@ -449,6 +454,39 @@ class StoreReader:
         arrays = self._arrays(layout)
         fetch = (arrays["indices"], arrays["data"])
         return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
+
+    @_as_opened
+    def read_runs(
+        self, positions: Positions, *, axis: int
+    ) -> tuple[Positions, npt.NDArray[Any], npt.NDArray[Any]]:
+        """The runs of ``positions`` (any order, repeats allowed) in the layout along ``axis``,
+        one after another as CSR arrays: ``indptr`` (int64), ``indices`` (raveled over the
+        layout's other axes, as stored: int32, say) and ``data``. Two read waves.
+
+        What a minibatch of cells is: unlike :meth:`read`, nothing is sorted into C order or
+        given coordinates, and each zarr chunk's pieces go straight into place
+        (:func:`~sporadik_dask.read.fetch.fetch_runs_in_place`), so a batch of scattered
+        positions holds its own values, not the chunks they sit in.
+        """
+        layout = self._layout_for(axis)
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.size and (positions.min() < 0 or positions.max() >= layout.positions):
+            raise SporadikError(
+                f"Positions from {positions.min()} to {positions.max()} along axis {axis} of "
+                f"{self.location}, which has {layout.positions}; there is nothing to read "
+                "outside it. Pass positions in that range."
+            )
+        unique = distinct(positions)
+        ((lo, hi),) = self.brackets([(layout, unique)]) if unique.size else ((unique, unique),)
+        if unique is not positions:
+            at = np.searchsorted(unique, positions)
+            lo, hi = lo[at], hi[at]
+        arrays = self._arrays(layout)
+        fetch = (arrays["indices"], arrays["data"])
+        indices, data = fetch_runs_in_place(layout, fetch, (lo, hi), self.location)
+        indptr = np.zeros(positions.size + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=indptr[1:])
+        return indptr, indices, data
 
     @_as_opened
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:

@@ -220,7 +220,7 @@ def blockwise_reduction(
 
     dask names each layer by a token of ``name``, the functions and their arguments.
     """
-    array: da.Array = da.reduction(
+    return dask_model.reduction(
         x,
         chunk,
         aggregate,
@@ -232,4 +232,3 @@ def blockwise_reduction(
         meta=np.empty((0,) * (x.ndim - len(axes)), dtype=dtype),
         name=name,
     )
-    return array

@@ -11,6 +11,7 @@ in parallel rather than queueing behind one event loop (zarr decodes a chunk per
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,10 @@ from sporadik_dask.store.shards import (
 )
 from sporadik_dask.store.zarr_adapter import async_array, buffer_prototype, chunk_key, run
 
-__all__ = ["read_chunks", "read_joined", "write_chunks", "write_constant"]
+__all__ = ["read_chunks", "read_joined", "read_visited", "write_chunks", "write_constant"]
 
+#: What a visited read hands each decoded chunk to: (request, chunk's rank among its ids, values).
+Visit = Callable[[int, int, npt.NDArray[Any]], None]
 #: What a read does with its chunks' jobs, given the requests they came from.
 Finish = Callable[[list[Any], list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]]], Any]
 
@@ -154,6 +157,48 @@ def read_joined(
     """
     joined: list[npt.NDArray[Any]] = _read(requests, next_arrays, _joined)
     return joined
+
+
+def read_visited(
+    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]], visit: Visit
+) -> None:
+    """:func:`read_chunks`, each chunk handed to ``visit(request, k, values)`` as it is decoded
+    (chunk ``k`` of request ``request``), on the thread that decoded it.
+
+    ``values`` is a chunk each thread decodes into again and again, valid during the call only:
+    nothing is joined or kept, so a read taking a few values from each of many chunks holds the
+    values it takes and a chunk a thread, not every chunk it touched.
+    """
+    _read(requests, (), lambda jobs, asked: _visited(jobs, asked, visit))
+
+
+#: Each decoding thread's scratch chunks, by dtype and length.
+_scratch = threading.local()
+
+
+def _scratch_chunk(array: zarr.Array[Any]) -> npt.NDArray[Any]:
+    found: dict[tuple[str, int], npt.NDArray[Any]] = _scratch.__dict__.setdefault("chunks", {})
+    key = (np.dtype(array.dtype).str, int(array.chunks[0]))
+    if key not in found:
+        found[key] = np.empty(key[1], dtype=array.dtype)
+    return found[key]
+
+
+def _visited(
+    jobs: list[Any], requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]], visit: Visit
+) -> None:
+    sites = [(r, k) for r, (_, ids) in enumerate(requests) for k in range(len(ids))]
+
+    def one(pair: tuple[Any, tuple[int, int]]) -> None:
+        (array, item, compressors), (request, k) = pair
+        if isinstance(item, Path):
+            item = read_file(item)
+        values = _scratch_chunk(array)
+        if not decode_chunk_into(array, item, compressors, values):
+            values = decode_chunk(array, item, compressors)
+        visit(request, k, values)
+
+    map_jobs(one, list(zip(jobs, sites, strict=True)))
 
 
 def _read(

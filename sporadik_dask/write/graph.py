@@ -186,18 +186,17 @@ def pieces_of_columns(
     values: da.Array, columns: Sequence[da.Array], shape: Sequence[int]
 ) -> Pieces:
     """Parallel coordinate columns, chunked alike, as pieces merged by cell."""
+    from sporadik_dask.read.dask_model import blocks_of_arrays, on_blocks
+
     shape = tuple(shape)
     raw = f"sporadik-columns-{tokenize(values, *columns, shape)}"
+    held, names = blocks_of_arrays([values, *columns])
     layer: Layer = {
-        (raw, b): (
-            tasks.checked_columns,
-            shape,
-            (values.name, b),
-            *[(column.name, b) for column in columns],
-        )
+        (raw, b): (tasks.checked_columns, shape, *[(name, b) for name in names])
         for b in range(len(values.chunks[0]))
     }
-    return _merged(raw, layer, shape, [values, *columns])
+    pieces, repeats = _merged(raw, layer, shape)
+    return Pieces(on_blocks(raw, layer, held), pieces, repeats)
 
 
 def pieces_of_frame(
@@ -217,12 +216,18 @@ def pieces_of_frame(
         for b, key in enumerate(frame.__dask_keys__())
     }
     layer[names_key] = labels
-    return _merged(raw, layer, shape, [frame])
+    pieces, repeats = _merged(raw, layer, shape)
+    return Pieces(
+        HighLevelGraph.from_collections(raw, layer, dependencies=[frame]), pieces, repeats
+    )
 
 
-def _merged(raw: str, layer: Layer, shape: tuple[int, ...], inputs: list[Any]) -> Pieces:
+def _merged(
+    raw: str, layer: Layer, shape: tuple[int, ...]
+) -> tuple[tuple[Key, ...], tuple[Key, ...]]:
     """Raw pieces that may name a cell twice (the keys ``(raw, b)`` of ``layer``), shuffled by a
-    hash of the cell into disjoint pieces, repeats added together and counted."""
+    hash of the cell into disjoint pieces, repeats added together and counted: the tasks are
+    added to ``layer``; the keys of the pieces and of their repeats are returned."""
     blocks = [key for key in layer if isinstance(key, tuple) and key[0] == raw]
     merged = f"{raw}-merged"
     outputs, shuffled = _shuffle(
@@ -239,8 +244,7 @@ def _merged(raw: str, layer: Layer, shape: tuple[int, ...], inputs: list[Any]) -
         layer[(repeated, p)] = (getattr, key, "repeats")
         pieces.append((piece, p))
         repeats.append((repeated, p))
-    graph = HighLevelGraph.from_collections(raw, layer, dependencies=inputs)
-    return Pieces(graph, tuple(pieces), tuple(repeats))
+    return tuple(pieces), tuple(repeats)
 
 
 def pieces_of_layout(

@@ -15,6 +15,7 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 from tests.helpers import random_dense
 
 OPS = ["sum", "mean", "max", "min", "count", "std", "var"]
@@ -62,7 +63,7 @@ def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
         else:
             assert isinstance(result.data._meta, np.ndarray)
         expected = _expected(dense, op, axes)
-        values = result.values
+        values = result.compute().values
         assert values.shape == expected.shape
         if op != "count":
             assert values.dtype == expected.dtype, (op, dims)
@@ -76,9 +77,14 @@ def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[A
     if dense.dtype.kind != "f":
         pytest.skip("integers hold no NaN")
     variable = xr.open_dataset(path, engine="sporadik")["x"]
-    np.testing.assert_array_equal(variable.sum("gene", skipna=False).values, np.sum(dense, axis=1))
+    np.testing.assert_array_equal(
+        variable.sum("gene", skipna=False).compute().values, np.sum(dense, axis=1)
+    )
 
 
+@pytest.mark.skipif(
+    EXPRESSIONS, reason="xarray's nansum of any dask array meets what dask's expression model lacks"
+)
 def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
     store: tuple[Path, npt.NDArray[Any]],
 ) -> None:
@@ -88,7 +94,7 @@ def test_switched_off_xarray_reduces_through_sparse_with_the_same_values(
         own = variable.sum("cell", skipna=False).compute()
     pushed = variable.sum("cell", skipna=False).compute()
     assert isinstance(own.data, sparse.COO) and isinstance(pushed.data, np.ndarray)
-    np.testing.assert_allclose(own.data.todense(), pushed.values, rtol=1e-6)
+    np.testing.assert_allclose(own.data.todense(), pushed.compute().values, rtol=1e-6)
 
 
 def test_other_variables_reduce_as_xarray_reduces_them(
@@ -111,7 +117,7 @@ def test_a_chunked_default_sum_never_builds_the_dense_array(tmp_path: Path) -> N
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    np.testing.assert_allclose(total.values, x.sum(axis=0).todense(), rtol=1e-5)
+    np.testing.assert_allclose(total.compute().values, x.sum(axis=0).todense(), rtol=1e-5)
     assert peak < dense_bytes / 8, peak
 
 
@@ -130,9 +136,9 @@ def test_a_transposed_lazy_variable_reduces_along_its_own_dims(
         expected = _expected(dense.transpose(order), op, axes)
         result = getattr(turned, op)(dims)
         assert result.dims == tuple(d for d in turned.dims if dims is not None and d not in dims)
-        np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(result.compute().values, expected, rtol=1e-5, equal_nan=True)
         expected = _expected(dense[3:30].transpose(order), op, axes)
-        np.testing.assert_allclose(getattr(picked, op)(dims).values, expected, rtol=1e-5)
+        np.testing.assert_allclose(getattr(picked, op)(dims).compute().values, expected, rtol=1e-5)
     np.testing.assert_array_equal(turned.data.todense(), dense.transpose(order))
     np.testing.assert_array_equal(picked[..., ::-2].data.todense(), dense[3:30].T[..., ::-2])
     chunked = turned.chunk({"cell": 9})
@@ -153,7 +159,7 @@ def test_a_selection_reduces_the_same_once_xarray_holds_it_in_memory(
             result = getattr(view, op)("gene", **({"ddof": 1} if op == "var" else {}))
             assert isinstance(result.data, np.ndarray), (op, type(result.data))
             expected = _expected(values, op, 1) if op != "var" else np.nanvar(values, 1, ddof=1)
-            np.testing.assert_allclose(result.values, expected, rtol=1e-5, equal_nan=True)
+            np.testing.assert_allclose(result.compute().values, expected, rtol=1e-5, equal_nan=True)
 
 
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
@@ -172,9 +178,11 @@ def test_a_sum_with_min_count_equals_xarray_over_numpy_in_values_and_dtype(
                 expected = plain.sum(dims, min_count=min_count, skipna=skipna)
                 if chunks is None:
                     assert isinstance(result.data, (np.ndarray, np.generic)), type(result.data)
-                values = np.asarray(result.values)
+                values = np.asarray(result.compute().values)
                 assert values.dtype == expected.dtype, (skipna, min_count, dims)
-                np.testing.assert_allclose(values, expected.values, rtol=1e-5, equal_nan=True)
+                np.testing.assert_allclose(
+                    values, expected.compute().values, rtol=1e-5, equal_nan=True
+                )
 
 
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
@@ -188,6 +196,8 @@ def test_reductions_after_an_op_that_fills_absent_cells_count_them(
     path, dense = store
     if dense.ndim != 2 or dense.dtype.kind != "f":
         pytest.skip("one float rank-2 store is enough")
+    if EXPRESSIONS and chunks is not None:
+        pytest.skip("xarray's where of any dask array meets what dask's expression model lacks")
     variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
     reference = xr.DataArray(dense, dims=variable.dims)
     groups = np.arange(dense.shape[0]) % 3
@@ -215,7 +225,7 @@ def test_reductions_after_an_op_that_fills_absent_cells_count_them(
         data = got.data
         data = data.compute() if hasattr(data, "compute") else data
         data = data.todense() if isinstance(data, sparse.COO) else np.asarray(data)
-        expected = case(reference).values
+        expected = case(reference).compute().values
         np.testing.assert_allclose(
             data.astype(np.float64), expected.astype(np.float64), rtol=1e-5, equal_nan=True
         )
@@ -259,10 +269,12 @@ def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
         variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)
         x = variable[next(iter(variable.data_vars))]
         for op in ("mean", "var", "std"):
-            got = np.asarray(getattr(x, op)("cell").values)
+            got = np.asarray(getattr(x, op)("cell").compute().values)
             np.testing.assert_allclose(got, getattr(np, op)(dense, axis=0), rtol=1e-9)
     if chunks == {}:
-        shifted = (x.astype("int64") + 2**62).mean("cell").values  # absent cells hold 2**62
+        shifted = (
+            (x.astype("int64") + 2**62).mean("cell").compute().values
+        )  # absent cells hold 2**62
         expected = (wide.astype(np.int64) + 2**62).mean(axis=0)
         np.testing.assert_allclose(shifted, expected, rtol=1e-9)
 
@@ -338,3 +350,14 @@ def test_a_groupby_of_filtered_cells_equals_xarray_on_the_dense_array(
         expected = getattr(reference.isel(cell=_CELL_MASK).groupby("kind"), op)()
         assert list(got.kind.values) == list(expected.kind.values)
         np.testing.assert_allclose(got.values, expected.values, rtol=1e-5, equal_nan=True)
+
+
+def test_xarrays_private_keep_attrs_default_answers_as_the_pushdown_asks_it() -> None:
+    """``xarray.core.options._get_keep_attrs(default=)`` (private; the pushdown keeps attrs as
+    xarray's reductions do, by xarray's option): a release that moves it fails here, by name."""
+    from xarray.core.options import _get_keep_attrs
+
+    assert _get_keep_attrs(default=True) is True
+    assert _get_keep_attrs(default=False) is False
+    with xr.set_options(keep_attrs=False):
+        assert _get_keep_attrs(default=True) is False

@@ -18,6 +18,7 @@ import xarray as xr
 import zarr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 from sporadik_dask.write import tasks
 from sporadik_dask.write.sources import PIECE_VALUES, Source, source_of, source_of_layout
 from tests.helpers import labelled, random_dense
@@ -131,5 +132,7 @@ REFUSED: dict[str, tuple[Callable[[], Any], dict[str, Any], str]] = {
 @pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
 def test_what_cannot_be_written_is_refused_before_any_graph_runs(case: str) -> None:
     make, options, message = REFUSED[case]
+    if EXPRESSIONS and case == "a dask array of unknown chunk sizes":
+        pytest.skip("dask's expression model makes no array of unknown chunks from a boolean mask")
     with pytest.raises(sd.SporadikError, match=message):
         source_of(make(), **options)
