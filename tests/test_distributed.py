@@ -252,8 +252,8 @@ def test_a_cluster_writes_a_dataframe_of_many_names_by_graphs_that_hold_none_of_
     tmp_path: Path, client: Client
 ) -> None:
     """The label pass finds each partition's names and unites them in a tree, and the pieces
-    look names up among labels scattered once: held in the graph as fixed-width numpy strings,
-    40,000 cell names had made the graph of the count pass 3.5 MiB."""
+    look names up among labels its future holds: held in the graph as fixed-width numpy
+    strings, 40,000 cell names had made the graph of the count pass 3.5 MiB."""
     import warnings
 
     import dask.dataframe as dd
@@ -261,7 +261,7 @@ def test_a_cluster_writes_a_dataframe_of_many_names_by_graphs_that_hold_none_of_
     import xarray as xr
     from distributed import Future
 
-    from sporadik_dask.write import graph
+    from sporadik_dask.write import sources
 
     rng = np.random.default_rng(41)
     rows, cells = 120_000, 40_000
@@ -278,8 +278,7 @@ def test_a_cluster_writes_a_dataframe_of_many_names_by_graphs_that_hold_none_of_
         warnings.simplefilter("error")  # distributed's "Sending large graph" among them
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": "256kB"}):
             sd.to_sporadik(frame, tmp_path / "s.zarr", columns=("cell", "gene"))
-    found = graph.names_of_frame(frame, ["cell"]).compute()["cell"]
-    pieces = graph.pieces_of_frame(frame, (cells, 30), ("cell", "gene"), None, {"cell": found})
+    pieces = sources.source_of(frame, columns=("cell", "gene")).pieces
     held = [task for layer in pieces.graph.layers.values() for task in layer.values()]
     assert any(isinstance(task, Future) for task in held)
     expected_cells, row = np.unique(table["cell"].to_numpy(str), return_inverse=True)

@@ -232,14 +232,13 @@ def pieces_of_frame(
     shape: Sequence[int],
     columns: Sequence[str],
     values: str | None,
-    labels: Mapping[str, Any],
+    labels: Any,
 ) -> Pieces:
-    """A dask DataFrame's partitions as pieces merged by cell; ``labels`` (sorted Arrow strings)
-    turn names into positions.
+    """A dask DataFrame's partitions as pieces merged by cell; ``labels`` (sorted Arrow strings
+    by column, or a ``distributed`` future of them) turn names into positions.
 
-    With a ``distributed.Client`` as the scheduler, the labels are scattered once and the graph
-    holds their future: held in the graph, every name would be sent to the scheduler with each
-    pass (the count pass, then the write).
+    On a cluster, ``labels`` is the label pass's future: held in the graph, every name would be
+    sent to the scheduler with each pass (the count pass, then the write).
     """
     shape, columns = tuple(shape), tuple(columns)
     raw = f"sporadik-frame-{tokenize(frame, shape, columns, values, labels)}"
@@ -248,8 +247,7 @@ def pieces_of_frame(
         (raw, b): (tasks.frame_piece, key, shape, columns, values, names_key)
         for b, key in enumerate(frame.__dask_keys__())
     }
-    client = current_client()
-    layer[names_key] = labels if client is None else client.scatter([dict(labels)])[0]
+    layer[names_key] = labels
     return _merged(raw, layer, shape, [frame])
 
 
