@@ -246,3 +246,47 @@ def test_a_failed_cluster_write_leaves_no_task_of_its_own_running(
     assert sum(client.run(_running, names).values()) == 0
     assert write.discard()
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_cluster_writes_a_dataframe_of_many_names_by_graphs_that_hold_none_of_them(
+    tmp_path: Path, client: Client
+) -> None:
+    """The label pass finds each partition's names and unites them in a tree, and the pieces
+    look names up among labels its future holds: held in the graph as fixed-width numpy
+    strings, 40,000 cell names had made the graph of the count pass 3.5 MiB."""
+    import warnings
+
+    import dask.dataframe as dd
+    import pandas as pd
+    import xarray as xr
+    from distributed import Future
+
+    from sporadik_dask.write import sources
+
+    rng = np.random.default_rng(41)
+    rows, cells = 120_000, 40_000
+    names = np.array([f"AAACCTGAGAAACCAT-{i:06d}" for i in rng.permutation(cells)])
+    genes = pd.Categorical(
+        rng.choice([f"G{j:02d}" for j in range(30)], rows),
+        categories=[*(f"G{j:02d}" for j in range(30)), "unused"],
+    )
+    table = pd.DataFrame({"cell": names[np.arange(rows) % cells], "gene": genes})
+    table.to_parquet(tmp_path / "t.parquet", row_group_size=rows // 12)
+    frame = dd.read_parquet(tmp_path / "t.parquet", split_row_groups=True)
+    assert frame.npartitions == 12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # distributed's "Sending large graph" among them
+        with dask.config.set({"distributed.admin.large-graph-warning-threshold": "256kB"}):
+            sd.to_sporadik(frame, tmp_path / "s.zarr", columns=("cell", "gene"))
+    pieces = sources.source_of(frame, columns=("cell", "gene")).pieces
+    held = [task for layer in pieces.graph.layers.values() for task in layer.values()]
+    assert any(isinstance(task, Future) for task in held)
+    expected_cells, row = np.unique(table["cell"].to_numpy(str), return_inverse=True)
+    expected_genes, col = np.unique(table["gene"].to_numpy(str), return_inverse=True)
+    expected = np.zeros((cells, 30), dtype=np.int64)
+    np.add.at(expected, (row, col), 1)
+    array = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik")["count"]
+    np.testing.assert_array_equal(array.cell.values, expected_cells)
+    np.testing.assert_array_equal(array.gene.values, expected_genes)
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), expected)

@@ -43,6 +43,7 @@ __all__ = [
     "Deferred",
     "Pieces",
     "count_graph",
+    "names_of_frame",
     "pieces_of_blocks",
     "pieces_of_columns",
     "pieces_of_coo",
@@ -53,6 +54,9 @@ __all__ = [
 
 #: How many count arrays one task adds together in the count pass.
 COUNT_FAN_IN = 8
+#: How many partitions' names one task unites in a DataFrame's label pass: each may hold every
+#: name of its axis, as Arrow strings (offsets and bytes, a few tens of MB per million names).
+NAMES_FAN_IN = 8
 #: The arrays written from a partition's :class:`~sporadik_dask.write.tasks.Runs`, by field name.
 RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
@@ -199,15 +203,42 @@ def pieces_of_columns(
     return Pieces(on_blocks(raw, layer, held), pieces, repeats)
 
 
+def names_of_frame(frame: Any, labelled: Sequence[str]) -> Delayed:
+    """A delayed mapping of each ``labelled`` column to its sorted distinct names (Arrow strings).
+
+    1. Each partition's distinct names, column by column (:func:`tasks.frame_names`).
+    2. United in a tree, :data:`NAMES_FAN_IN` at a time, so no task holds more than that many
+       partitions' names, and the graph holds no name whatever their number.
+
+    dask's own ``unique`` shuffles every name to as many outputs as there are partitions, as
+    Python strings; a worker killed by that loses the label pass.
+    """
+    labelled = tuple(labelled)
+    parts = frame[list(labelled)].to_delayed()
+    name = f"sporadik-frame-names-{tokenize(frame, labelled)}"
+    layer: Layer = {}
+    level = []
+    for b, part in enumerate(parts):
+        layer[(name, 0, b)] = (tasks.frame_names, part.key, labelled)
+        level.append((name, 0, b))
+    root = fan_in(layer, name, level, tasks.unite_names, width=NAMES_FAN_IN)
+    layer[name] = (tasks.unite_names, root)
+    return Delayed(name, HighLevelGraph.from_collections(name, layer, dependencies=parts))
+
+
 def pieces_of_frame(
     frame: Any,
     shape: Sequence[int],
     columns: Sequence[str],
     values: str | None,
-    labels: Mapping[str, npt.NDArray[Any]],
+    labels: Any,
 ) -> Pieces:
-    """A dask DataFrame's partitions as pieces merged by cell; ``labels`` turn names into
-    positions."""
+    """A dask DataFrame's partitions as pieces merged by cell; ``labels`` (sorted Arrow strings
+    by column, or a ``distributed`` future of them) turn names into positions.
+
+    On a cluster, ``labels`` is the label pass's future: held in the graph, every name would be
+    sent to the scheduler with each pass (the count pass, then the write).
+    """
     shape, columns = tuple(shape), tuple(columns)
     raw = f"sporadik-frame-{tokenize(frame, shape, columns, values, labels)}"
     names_key = f"{raw}-labels"  # once in the graph, not copied into every task

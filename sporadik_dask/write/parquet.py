@@ -339,7 +339,7 @@ def parquet_source(
             for i, split in enumerate(splits)
         ]
     )
-    united = {name: _united([names[name] for names in found]) for name in labelled}
+    united = {name: tasks.unite_names_of([names[name] for names in found]) for name in labelled}
     for name, names in united.items():
         _save_names(_staged_names(where, "labels", None, name), names)
     labels = {
@@ -377,16 +377,6 @@ def parquet_source(
     from dataclasses import replace
 
     return replace(source, labels=names)
-
-
-def _united(arrays: list[Any]) -> Any:
-    """The sorted distinct names of several splits' dictionaries, as a pyarrow array (sorted by
-    UTF-8 bytes, which is numpy's order of ``str`` by code point)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    unique = pa.chunked_array([a.cast(pa.string()) for a in arrays]).unique()
-    return unique.take(pc.array_sort_indices(unique))
 
 
 def _positions(labels: Any, names: Any) -> npt.NDArray[np.int64]:

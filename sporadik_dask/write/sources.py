@@ -195,7 +195,8 @@ def _from_frame(
     """A dask DataFrame of coordinate columns and a value column: one piece per partition.
 
     Integer columns are positions. Columns of names (strings, categoricals) are labels: their
-    distinct values, sorted, become the axis and its coordinate, found in one pass here. Without
+    distinct values, sorted, become the axis and its coordinate, found in one pass here
+    (:func:`graph.names_of_frame`: per partition, then united in a tree). Without
     ``values`` each row counts one, so a transcript table becomes counts per cell.
     """
     wanted = [*columns, *([values] if values else [])]
@@ -216,15 +217,31 @@ def _from_frame(
                 "integers or names, and rounding would silently move values to other cells."
             )
     refuse_positions_without_lengths(shape, columns, labelled)
-    found = dask.compute(*[frame[name].dropna().unique() for name in labelled])
+    found, held = _frame_names(frame, labelled)
     labels = {
-        name: np.sort(np.asarray(u, dtype=str)) for name, u in zip(labelled, found, strict=True)
+        name: np.asarray(names.to_numpy(zero_copy_only=False), dtype=str)
+        for name, names in found.items()
     }
     sizes = frame_shape(shape, columns, labels)
     dtype = tasks.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
-    pieces = graph.pieces_of_frame(frame, sizes, columns, values, labels)
+    pieces = graph.pieces_of_frame(frame, sizes, columns, values, held)
     return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
+
+
+def _frame_names(frame: Any, labelled: Sequence[str]) -> tuple[dict[str, Any], Any]:
+    """Each labelled column's sorted names, and what the pieces' graph holds them by: on a
+    ``distributed.Client``, the future of the label pass, which the scheduler can compute again
+    if the worker holding it dies (a scattered copy would be lost with it)."""
+    if not labelled:
+        return {}, {}
+    names = graph.names_of_frame(frame, labelled)
+    client = graph.current_client()
+    if client is None:
+        found = names.compute()
+        return found, found
+    held = client.compute(names)
+    return held.result(), held
 
 
 def refuse_positions_without_lengths(
