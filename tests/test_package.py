@@ -9,6 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 import sporadik_dask
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +82,21 @@ def test_the_public_names_are_these_and_no_other() -> None:
     ]
 
 
+#: Public names that need an optional dependency, and the module it is.
+OPTIONAL = {"MinibatchDataset": "torch"}
+
+
 def test_every_public_name_is_exported_and_exists() -> None:
+    """Every name exists; one that needs an optional dependency that is not installed says
+    which, and how to install it."""
+    import importlib.util
+
     for name in sporadik_dask.__all__:
+        needed = OPTIONAL.get(name)
+        if needed is not None and importlib.util.find_spec(needed) is None:
+            with pytest.raises(ImportError, match=rf"pip install 'sporadik-dask\[{needed}\]'"):
+                getattr(sporadik_dask, name)
+            continue
         assert hasattr(sporadik_dask, name), name
 
 

@@ -40,7 +40,14 @@ def _world(rank: int | None, ranks: int | None) -> tuple[int, int]:
 
 @functools.cache
 def _dataset_class() -> type:
-    import torch.utils.data
+    try:
+        import torch.utils.data
+    except ImportError as error:
+        raise ImportError(
+            "sporadik_dask.MinibatchDataset is a torch IterableDataset, and torch is not "
+            "installed here. Install it (pip install 'sporadik-dask[torch]'), or feed a model "
+            "from sporadik_dask.Minibatches(..., output='csr' or 'dense') without torch."
+        ) from error
 
     class MinibatchDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg, misc, unused-ignore]
         """Minibatches of a store for a torch ``DataLoader(dataset, batch_size=None, ...)``.
