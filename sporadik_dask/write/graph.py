@@ -210,8 +210,9 @@ def names_of_frame(frame: Any, labelled: Sequence[str]) -> Delayed:
     2. United in a tree, :data:`NAMES_FAN_IN` at a time, so no task holds more than that many
        partitions' names, and the graph holds no name whatever their number.
 
-    dask's own ``unique`` shuffles every name to as many outputs as there are partitions, as
-    Python strings; a worker killed by that loses the label pass.
+    dask's own ``unique`` (``split_out=True``) shuffles the names between as many outputs as
+    there are partitions and hands them to the client as pandas objects; here the client gets
+    one Arrow array per column.
     """
     labelled = tuple(labelled)
     parts = frame[list(labelled)].to_delayed()

@@ -94,6 +94,29 @@ def test_a_dataframe_of_names_becomes_labelled_axes_and_counts() -> None:
     np.testing.assert_array_equal(assembled(source), [[0, 1, 0], [2, 0, 1]])
 
 
+@pytest.mark.parametrize("kind", ["object", "string[pyarrow]", "category"])
+def test_names_of_every_column_kind_are_found_per_partition_in_numpy_s_order(kind: str) -> None:
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    names = rng.choice(["b", "é", "a", "Z", "a-1", "ß"], 60)
+    genes = rng.choice(["x", "y"], 60)
+    if kind == "category":  # an unused category names no position
+        cells = pd.Series(pd.Categorical(names, categories=[*sorted(set(names)), "unused"]))
+    else:
+        cells = pd.Series(names, dtype=kind)
+    frame = dd.from_pandas(pd.DataFrame({"cell": cells, "gene": genes}), npartitions=5)
+    source = source_of(frame, columns=("cell", "gene"))
+    expected_cells, row = np.unique(names.astype(str), return_inverse=True)
+    expected_genes, col = np.unique(genes.astype(str), return_inverse=True)
+    assert source.labels is not None
+    np.testing.assert_array_equal(source.labels.coords["cell"].values, expected_cells)
+    expected = np.zeros((len(expected_cells), len(expected_genes)), dtype=np.int64)
+    np.add.at(expected, (row, col), 1)
+    np.testing.assert_array_equal(assembled(source), expected)
+
+
 def test_a_stored_layout_becomes_pieces_of_its_positions(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(3), (20, 9), 0.3)
     description = sd.to_sporadik(dense, tmp_path / "s.zarr", axes=(1,), chunk=8)
