@@ -45,29 +45,23 @@ __all__ = [
 ]
 
 #: Blocks per core a read is cut into when the store is big enough, so every core has work and
-#: a slow block does not leave the others idle. Sum / mean over 3.64 M values, compute only,
-#: threads, 2 cores shared with other work (load 3-5), min of 5: 1 block 0.17-0.23 / 0.17-0.24 s;
-#: 2 blocks 0.16-0.18 / 0.17-0.19 s; 4 blocks 0.15-0.21 / 0.14-0.19 s; 8 blocks (4 a core)
-#: 0.19-0.21 / 0.13-0.31 s: more than one block gains up to 1.4x, and 2 to 16 blocks differ by
-#: less than the noise. Open + compute at load 5 (others' work) on 2 cores, chunks={}: 1 block
-#: 0.18-0.23 s, 8 blocks 0.24-0.28 s (no idle core to gain from); chunks="auto": dask's 5 x 5
-#: dense-sized blocks 0.59-0.75 s, 8 blocks 0.24-0.28 s. Four a core keeps the gain on machines
-#: with idle cores and bounds the tail a skewed block leaves.
+#: a slow block does not leave the others idle: more than one block gained up to 1.4x, 2 to 16
+#: differed by less than the noise, and four a core bounds the tail a skewed block leaves
+#: (docs/benchmarks.md, "How the budgets were chosen").
 BLOCKS_PER_CORE = 4
 
-#: The smallest read block, in sparse bytes, whatever the core count, so per-task overhead stays
-#: small. One thread, sum / mean over 3.64 M values: 1 block 0.20 / 0.19 s, 8 blocks of 9.1 MB
-#: 0.18 / 0.19 s, 32 of 2.3 MB 0.18 / 0.19 s, 128 of 0.57 MB 0.38 / 0.58 s (2-3 ms a block).
+#: The smallest read block, in sparse bytes, whatever the core count, so per-task overhead
+#: (2-3 ms a block) stays small beside the block's work (docs/benchmarks.md, "How the budgets
+#: were chosen").
 MIN_BLOCK_BYTES = 4 * 2**20
 
-#: Bytes a write partition's sort may hold (positions, indices and values together). 128 MiB
-#: kept a sort task near 0.4 GB peak, so two threads and their inputs fit well under 1.5 GB.
+#: Bytes a write partition's sort may hold (positions, indices and values together): a sort
+#: task then peaks near 0.4 GB, so two threads and their inputs fit under 1.5 GB.
 PARTITION_BYTES = 2**27
 
-#: Bytes of dense partial results a chunked reduction may hold at once. Each span of a dense
-#: grouped reduction fills fields of the whole result, and their merge holds every span's:
-#: 20,000 groups of 5,000 genes in 8 spans peaked at 10.7 to 11.5 GB, where one pass over
-#: the store (one span) peaked at 3.8 to 4.6 GB.
+#: Bytes of dense partial results a chunked reduction may hold at once: each span of a dense
+#: grouped reduction fills fields of the whole result, and their merge holds every span's
+#: (docs/benchmarks.md, "How the budgets were chosen").
 DENSE_PARTIALS_BYTES = 2**30
 
 #: Positions a read brackets in one layout (16 bytes each, 256 MiB): a selection narrowing an
@@ -93,7 +87,7 @@ BATCH_VALUES = 2**21
 
 #: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
 #: the store's pass: reading holds about what a batch of the pass holds, and reads only the
-#: selection (50 genes of 17.9 M values: 0.14 s read, where the pass over every value took 0.96 s).
+#: selection.
 SELECTION_READ_VALUES = BATCH_VALUES
 
 #: Cells of the accumulator a sum or mean with a sparse result adds each run into (64 MiB of
@@ -197,13 +191,8 @@ def held_pieces(plan: LayoutPlan, pieces: int) -> int:
     their pieces are split. The first pieces keep their parts in memory while what waits stays
     within ``sporadik.spill-bytes`` (:data:`SPILL_BYTES`; 0 spills every piece of a layout with
     values, a negative value none), each taken to hold its share of the values; only what is
-    past the budget spills, so the budget is used rather than spent on nothing.
-
-    Measured when a layout spilled all its pieces or none (threads, 2 cores, float32 CSR .h5ad
-    of 60 M values, 2 runs each): spilling the CSC layout alone peaked at 0.99 and 1.01 GiB,
-    spilling both at 0.80 and 0.84 GiB, in the same time (13.1 and 13.3 s against 11.8 and
-    14.6 s); with the input in memory (89.6 M values), spilling both cost 0.6 to 2.0 s of an
-    11 to 13 s write (3 runs, paired), twice the bytes to disk and back.
+    past the budget spills, so the budget is used rather than spent on nothing (what spilling
+    costs and saves: docs/benchmarks.md, "How the budgets were chosen").
     """
     import dask.config
 

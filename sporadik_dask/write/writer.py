@@ -190,8 +190,7 @@ class StoreWrite(DaskMethodsMixin):
         dask orders a graph of many outputs: a layout that streams (the CSR layout of row
         blocks) sorts each partition as soon as its pieces are split. Given one task joining
         every write, dask's order splits every piece before the first such sort, and every
-        part waits in memory (a .h5ad of 60 M values on threads, parts held: 2.42 to 2.50 GiB
-        peak against 1.77 to 1.79 GiB).
+        part waits in memory (docs/benchmarks.md, "How the budgets were chosen").
         """
         futures: list[Any] = client.get(self._graph, list(self._keys), sync=False)
         return futures
@@ -270,9 +269,8 @@ class _Tracked:
     """dask's own threaded pool, seen through the tasks one write submitted to it.
 
     The write runs on the threads dask would use (threads new to a write bring new malloc
-    arenas: 1.23 to 1.29 GiB against 0.93 to 0.97 GiB for a threaded write of 89.6 M values,
-    the count pass's freed memory not reused), and only this write's tasks are cancelled or
-    waited for on exit, not those of another compute sharing the pool.
+    arenas, so the count pass's freed memory is not reused), and only this write's tasks are
+    cancelled or waited for on exit, not those of another compute sharing the pool.
     """
 
     def __init__(self, pool: Any) -> None:
