@@ -63,8 +63,9 @@ def measure(factor: int) -> dict[str, Any]:
     from sporadik_dask.planning.plan import plan_layout
     from sporadik_dask.synthetic import counts_matrix
     from sporadik_dask.write.graph import pieces_of_blocks, write_graph
+    from sporadik_dask.write.store_write import StoreWrite
     from sporadik_dask.write.tasks import ArrayRef
-    from sporadik_dask.write.writer import StoreWrite, create_layout
+    from sporadik_dask.write.writer import create_layout
 
     started = time.perf_counter()
     x = counts_matrix(cells=CELLS * factor)

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from sporadik_dask.read.torch_dataset import MinibatchDataset
     from sporadik_dask.read.validate import validate
     from sporadik_dask.store.describe import LayoutDescription, StoreDescription, describe
-    from sporadik_dask.write.writer import StoreWrite, add_axis, to_sporadik
+    from sporadik_dask.write.store_write import StoreWrite
+    from sporadik_dask.write.writer import add_axis, to_sporadik
 
     __version__: str
 
@@ -54,7 +55,7 @@ _LAZY = {
     "StoreReader": "sporadik_dask.read",
     "from_sporadik": "sporadik_dask.read",
     "validate": "sporadik_dask.read.validate",
-    "StoreWrite": "sporadik_dask.write.writer",
+    "StoreWrite": "sporadik_dask.write.store_write",
     "add_axis": "sporadik_dask.write.writer",
     "to_sporadik": "sporadik_dask.write.writer",
 }

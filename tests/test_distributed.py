@@ -230,7 +230,7 @@ def test_a_failed_cluster_write_leaves_no_task_of_its_own_running(
     """A cancelled future's task goes on running on its worker, and would write chunks into a
     store discarded (or replaced) after the failure was reported: wait() returns only once no
     worker runs a task of the write."""
-    from sporadik_dask.write.writer import _running
+    from sporadik_dask.write.store_write import _running
 
     flag = tmp_path / "fail"
     dense = random_dense(np.random.default_rng(5), (60, 40), 0.2)

@@ -21,7 +21,7 @@ from typing import Any
 from sporadik_dask.cli.inputs import is_sporadik, open_input, root_attributes, staging_directory
 from sporadik_dask.format.errors import AbsentChunkWarning, SporadikError
 from sporadik_dask.store.describe import StoreDescription, describe
-from sporadik_dask.write.writer import StoreWrite
+from sporadik_dask.write.store_write import StoreWrite
 
 __all__ = ["main"]
 
