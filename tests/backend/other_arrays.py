@@ -217,7 +217,7 @@ _USES: dict[str, Callable[[xr.DataArray], Any]] = {
 }
 
 #: What dask's expression model (``array.query-planning``) lacks for every dask array under
-#: xarray (``einsum``, ``result_type``, ``broadcast_to``): left out of a chunked store's use there.
+#: xarray (``einsum``, ``result_type``, ``broadcast_to``): left out of a store's use there.
 _EXPRESSIONS_LACK = frozenset({"xr.dot", "concat", "expand_dims"})
 
 
@@ -232,7 +232,8 @@ def use_sporadik(store: str) -> None:
     for chunks in (None, {}):
         ours = xr.open_dataset(store, engine="sporadik", chunks=chunks)["v"]
         ours = ours.assign_coords(g=("x", GROUPS))
-        lacking = _EXPRESSIONS_LACK if chunks is not None and hasattr(da.Array, "expr") else ()
+        # lazily too: an operator of a lazily opened variable acts on its dask read
+        lacking = _EXPRESSIONS_LACK if hasattr(da.Array, "expr") else ()
         for name, use in _USES.items():
             if name not in lacking:
                 use(ours).load()
