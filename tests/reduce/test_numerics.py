@@ -286,6 +286,20 @@ def _random_values(data: Any, dtype: np.dtype[Any], n: int) -> npt.NDArray[Any]:
     return base.astype(dtype)
 
 
+def _random_dense(data: st.DataObject) -> npt.NDArray[Any]:
+    """A dense array of rank 2 to 4, axes of 0 to 6 positions, any dtype, none, some or all of
+    its cells holding values (:func:`_random_values`)."""
+    rank = data.draw(st.integers(2, 4), label="rank")
+    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
+    dtype = np.dtype(data.draw(st.sampled_from(DTYPES), label="dtype"))
+    density = data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="density")
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="mask seed"))
+    mask = rng.random(shape) < density
+    dense = np.zeros(shape, dtype)
+    dense[mask] = _random_values(data, dtype, int(mask.sum()))
+    return dense
+
+
 def _assert_close(
     got: npt.NDArray[Any], want: npt.NDArray[Any], op: str, dense: npt.NDArray[Any], case: Any
 ) -> None:
@@ -318,14 +332,8 @@ def test_random_stores_reduce_as_xarray_does_on_the_dense_array(
     large offsets; every reduction with its keywords, in every open mode: xarray's answer on
     the dense array, or its error. float32 is compared with the float64 answer: numpy
     accumulates float32 in float32, and the pass accumulates in float64."""
-    rank = data.draw(st.integers(2, 4), label="rank")
-    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
-    dtype = np.dtype(data.draw(st.sampled_from(DTYPES), label="dtype"))
-    density = data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="density")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="mask seed"))
-    mask = rng.random(shape) < density
-    dense = np.zeros(shape, dtype)
-    dense[mask] = _random_values(data, dtype, int(mask.sum()))
+    dense = _random_dense(data)
+    rank, shape, dtype = dense.ndim, dense.shape, dense.dtype
     dims = tuple("abcd"[:rank])
     path = tmp_path / f"{len(list(tmp_path.iterdir()))}.zarr"
     sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims, name="x"), path)
@@ -436,14 +444,8 @@ def test_random_stores_reduce_through_from_sporadik_as_numpy_does_on_the_dense_a
     position, every dtype, values at the dtype's limits, NaN, ±inf, large offsets. dask's own
     ``nanmean``, ``nanvar`` and ``nanstd`` of ``sparse`` blocks raise, and its ``var`` of
     boolean or ``gcxs`` blocks: the read answers them itself."""
-    rank = data.draw(st.integers(2, 4), label="rank")
-    shape = tuple(data.draw(st.lists(st.integers(0, 6), min_size=rank, max_size=rank)))
-    dtype = np.dtype(data.draw(st.sampled_from(DTYPES), label="dtype"))
-    density = data.draw(st.sampled_from([0.0, 0.3, 1.0]), label="density")
-    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="mask seed"))
-    mask = rng.random(shape) < density
-    dense = np.zeros(shape, dtype)
-    dense[mask] = _random_values(data, dtype, int(mask.sum()))
+    dense = _random_dense(data)
+    rank, shape, dtype = dense.ndim, dense.shape, dense.dtype
     path = tmp_path / f"{len(list(tmp_path.iterdir()))}.zarr"
     sd.to_sporadik(sparse.COO.from_numpy(dense), path)
     chunks = data.draw(st.sampled_from(["auto", 2]), label="chunks")
