@@ -33,7 +33,6 @@ from sporadik_dask.write.pieces import (
 from sporadik_dask.write.shuffle import shuffle
 
 __all__ = [
-    "NAMES_FAN_IN",
     "Pieces",
     "current_client",
     "names_of_frame",
