@@ -33,6 +33,8 @@ from sporadik_dask.format.errors import (
 )
 
 if TYPE_CHECKING:
+    from sporadik_dask.analysis.genes import highly_variable_genes
+    from sporadik_dask.analysis.pca import pca
     from sporadik_dask.format.spec import SPEC_VERSION
     from sporadik_dask.read import StoreReader, from_sporadik
     from sporadik_dask.read.batches import Batch, Minibatches
@@ -59,6 +61,8 @@ _LAZY = {
     "StoreWrite": "sporadik_dask.write.store_write",
     "add_axis": "sporadik_dask.write.writer",
     "to_sporadik": "sporadik_dask.write.writer",
+    "highly_variable_genes": "sporadik_dask.analysis.genes",
+    "pca": "sporadik_dask.analysis.pca",
 }
 
 #: Submodules a user reaches as attributes (``sd.synthetic.counts_matrix``), loaded on first use.
@@ -89,6 +93,8 @@ __all__ = [
     "add_axis",
     "describe",
     "from_sporadik",
+    "highly_variable_genes",
+    "pca",
     "to_sporadik",
     "validate",
 ]

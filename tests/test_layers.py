@@ -11,7 +11,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "sporadik_dask"
 
 #: The layers, lowest first: a module may import from its own layer and the ones before it.
-LAYERS = ("format", "store", "kernels", "planning", "read", "reduce", "write", "backend", "cli")
+LAYERS = (
+    "format",
+    "store",
+    "kernels",
+    "planning",
+    "read",
+    "reduce",
+    "write",
+    "backend",
+    "analysis",
+    "cli",
+)
 
 #: Imports that point up, each made inside the function that needs it, with why.
 UPWARD = {

@@ -78,6 +78,8 @@ def test_the_public_names_are_these_and_no_other() -> None:
         "add_axis",
         "describe",
         "from_sporadik",
+        "highly_variable_genes",
+        "pca",
         "to_sporadik",
         "validate",
     ]

@@ -42,6 +42,7 @@ __all__ = [
     "recorded",
     "recording",
     "recording_cast",
+    "steps_of",
 ]
 
 #: The attribute of a dask array holding its :class:`Recorded` steps.
@@ -85,7 +86,7 @@ def recording_cast(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def astype(self: Any, dtype: Any, **kwargs: Any) -> Any:
         result = original(self, dtype, **kwargs)
-        before = _prior(self) if result is not self else None
+        before = steps_of(self) if result is not self else None
         if before is not None:
             cast = Step(None, cast=np.dtype(result.dtype))
             steps = Steps(
@@ -109,7 +110,7 @@ def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any)
         return None
     if set(kwargs) - {"out", "where", "dtype", "name"}:
         return None
-    prior = [p for p in map(_prior, args) if p is not None]
+    prior = [p for p in map(steps_of, args) if p is not None]
     if len(prior) != 1 or tuple(result.shape) != tuple(prior[0].source.shape):
         return None
     (before,) = prior
@@ -117,7 +118,7 @@ def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any)
     axes = list(before.steps.axes)
     operands: list[Any] = []
     for arg in args:
-        if _prior(arg) is not None:
+        if steps_of(arg) is not None:
             operands.append(VALUE)
             continue
         operand = _operand(arg, result.shape)
@@ -143,8 +144,9 @@ def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any)
     return Recorded(before.source, steps, tuple(vectors))
 
 
-def _prior(arg: Any) -> Recorded | None:
-    """``arg``'s recorded steps, none yet for a plain read of a whole store, else None."""
+def steps_of(arg: Any) -> Recorded | None:
+    """``arg``'s recorded steps, none yet for a plain read of a whole store, else None: what a
+    pass over the store that applies them needs."""
     found = recorded(arg)
     if found is not None:
         return found

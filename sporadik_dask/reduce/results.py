@@ -24,6 +24,7 @@ __all__ = [
     "combine_parts",
     "dense_result",
     "finish_fields",
+    "finish_moments",
     "gather_fields",
     "merge_fields",
     "result_meta",
@@ -83,6 +84,25 @@ def finish_fields(
         return finish_sparse(op, fields, target, dtype, skipna=skipna)
     result = finish(op, fields, target.cells(), dtype, skipna=skipna, ddof=ddof)
     return result.reshape(target.out_shape)
+
+
+def finish_moments(
+    target: Target, dtype: np.dtype[Any], skipna: bool, ddof: int, fields: Fields
+) -> npt.NDArray[np.float64]:
+    """The mean and the variance (``ddof``) from a variance's merged fields, stacked (mean
+    first), each shaped as the target, in float64 whatever the values' dtype (numpy's mean
+    of float32 is float32: the digits scanpy keeps would be lost)."""
+    cells = target.cells()
+    wide = np.result_type(dtype, np.float64)
+    mean = finish("mean", _totals(fields), cells, wide, skipna=skipna)
+    var = finish("var", fields, cells, wide, skipna=skipna, ddof=ddof)
+    return np.stack([mean, var]).reshape((2, *target.out_shape))
+
+
+def _totals(fields: Fields) -> Fields:
+    """A mean's fields from a variance's: the total is each output cell's stored values' count
+    times their mean."""
+    return {"total": fields["stored"] * fields["mean"], "nans": fields["nans"]}
 
 
 def result_meta(op: Op, target: Target, dtype: np.dtype[Any], dense: bool) -> Any:

@@ -15,7 +15,12 @@ from sporadik_dask.planning.budgets import DENSE_PARTIALS_BYTES
 from sporadik_dask.reduce.disjoint import Disjoint
 from sporadik_dask.reduce.fields import Fields, Op, needed_fields, result_dtype
 from sporadik_dask.reduce.layout import layout_for
-from sporadik_dask.reduce.results import combine_parts, finish_fields, result_meta
+from sporadik_dask.reduce.results import (
+    combine_parts,
+    finish_fields,
+    finish_moments,
+    result_meta,
+)
 from sporadik_dask.reduce.sparse_fields import SparseFields
 from sporadik_dask.reduce.store import finished_cells, store_fields
 from sporadik_dask.reduce.target import Target
@@ -23,6 +28,7 @@ from sporadik_dask.reduce.target import Target
 __all__ = [
     "SpanCells",
     "merge_spans",
+    "moments_store_dask",
     "place_spans",
     "reduce_store_dask",
     "span_cells",
@@ -47,29 +53,9 @@ def reduce_store_dask(
     each span's finished cells are laid into the result once (:func:`place_spans`), not
     merged. ``reader`` may be a :class:`~sporadik_dask.reduce.elementwise.Transformed` whose
     vector operands are the dask arrays ``vectors``, computed once and given to every span."""
-    from sporadik_dask.planning.plan import partition_bounds
-    from sporadik_dask.reduce.elementwise import Transformed
-    from sporadik_dask.reduce.graph import MADE_READER, store_reduction
+    from sporadik_dask.reduce.graph import store_reduction
 
-    made = None
-    if vectors:
-        assert isinstance(reader, Transformed), "vectors are a transformed reader's operands"
-        made = ((Transformed.made, reader.reader, reader.steps), list(vectors))
-    in_task = MADE_READER if made is not None else reader
-
-    layout = layout_for(reader, target, dense)
-    layout.check_whole_read(reader.location)
-    if dense:  # each span's fields fill the whole result, and their merge holds all of them
-        import dask
-
-        budget = int(dask.config.get("sporadik.dense-partials-bytes", DENSE_PARTIALS_BYTES))
-        partial = math.prod(target.out_shape) * 8 * len(needed_fields(op))
-        spans = min(spans, max(1, budget // max(partial, 1)))
-    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
-    indptr = np.concatenate(([0], np.cumsum(hi - lo)))
-    bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
-    if bounds.size < 2:  # an empty axis has no partition, but the result still needs a task
-        bounds = np.zeros(2, dtype=np.int64)
+    in_task, made, layout, bounds = _spans(reader, op, target, spans, dense, vectors)
     meta = result_meta(op, target, reader.dtype, dense)
     disjoint = None if dense else Disjoint.of(target, layout.indexed_axis, reader.dtype)
     if disjoint is not None and meta.dtype != np.float16:  # spans share no cell: laid down
@@ -96,6 +82,66 @@ def reduce_store_dask(
         meta=meta,
         made=made,
     )
+
+
+def moments_store_dask(
+    reader: Any,
+    target: Target,
+    spans: int,
+    *,
+    skipna: bool,
+    ddof: int = 0,
+    vectors: Sequence[Any] = (),
+) -> Any:
+    """The mean and the variance into ``target`` from one pass over a store, as a dask array of
+    shape ``(2, *target.out_shape)`` (mean first), float64: the variance's fields hold the mean
+    already, so asking for both costs what the variance alone costs (where ``Y.mean()`` and
+    ``Y.var()`` are two passes). Spans and ``vectors`` as :func:`reduce_store_dask`'s."""
+    from sporadik_dask.reduce.graph import store_reduction
+
+    in_task, made, layout, bounds = _spans(reader, "var", target, spans, True, vectors)
+    return store_reduction(
+        reader,
+        bounds,
+        label="sporadik-moments",
+        fields=(store_fields, in_task, "var", target, skipna, True),
+        merge=(merge_spans, "var", target, layout.indexed_axis, reader.dtype),
+        finish=(finish_moments, target, reader.dtype, skipna, ddof),
+        shape=(2, *target.out_shape),
+        meta=np.empty((0,) * (len(target.out_shape) + 1), np.float64),
+        made=made,
+    )
+
+
+def _spans(
+    reader: Any, op: Op, target: Target, spans: int, dense: bool, vectors: Sequence[Any]
+) -> tuple[Any, Any, Any, npt.NDArray[np.int64]]:
+    """The reader as a span's task names it, the call making a transformed reader from its
+    ``vectors`` (or None), the layout read, and the spans' bounds of positions."""
+    from sporadik_dask.planning.plan import partition_bounds
+    from sporadik_dask.reduce.elementwise import Transformed
+    from sporadik_dask.reduce.graph import MADE_READER
+
+    made = None
+    if vectors:
+        assert isinstance(reader, Transformed), "vectors are a transformed reader's operands"
+        made = ((Transformed.made, reader.reader, reader.steps), list(vectors))
+    in_task = MADE_READER if made is not None else reader
+
+    layout = layout_for(reader, target, dense)
+    layout.check_whole_read(reader.location)
+    if dense:  # each span's fields fill the whole result, and their merge holds all of them
+        import dask
+
+        budget = int(dask.config.get("sporadik.dense-partials-bytes", DENSE_PARTIALS_BYTES))
+        partial = math.prod(target.out_shape) * 8 * len(needed_fields(op))
+        spans = min(spans, max(1, budget // max(partial, 1)))
+    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    indptr = np.concatenate(([0], np.cumsum(hi - lo)))
+    bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    if bounds.size < 2:  # an empty axis has no partition, but the result still needs a task
+        bounds = np.zeros(2, dtype=np.int64)
+    return in_task, made, layout, bounds
 
 
 class SpanCells(NamedTuple):
