@@ -33,7 +33,15 @@ from dask.highlevelgraph import Layer as DaskLayer
 from sporadik_dask.format.spec import MAXIMA, LayoutGeometry
 from sporadik_dask.planning.plan import LayoutPlan, WritePlan
 from sporadik_dask.reduce.graph import Call, Key, Layer, block_offsets, fan_in
-from sporadik_dask.write import tasks
+from sporadik_dask.write import array_refs, counting, frame_pieces, tasks
+from sporadik_dask.write.pieces import (
+    Piece,
+    checked_columns,
+    merge_pieces,
+    piece_of_block,
+    piece_of_layout,
+    split_by_cell,
+)
 from sporadik_dask.write.spill import SpillTo, directory_for, shared_directory_for
 
 if TYPE_CHECKING:
@@ -63,7 +71,7 @@ RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Pieces:
-    """Tasks yielding an input's nonzeros as :class:`~sporadik_dask.write.tasks.Piece` s.
+    """Tasks yielding an input's nonzeros as :class:`~sporadik_dask.write.pieces.Piece` s.
 
     Pieces hold disjoint sets of cells, which is what lets the count pass give exact ``indptr``
     before any value moves.
@@ -144,12 +152,12 @@ def pieces_of_blocks(x: da.Array) -> Pieces:
 
 
 def _block_pieces(name: str, blocks: str, chunks: Sequence[Sequence[int]]) -> Layer:
-    """Pure: a :func:`~sporadik_dask.write.tasks.piece_of_block` task per block, in C order."""
+    """Pure: a :func:`~sporadik_dask.write.pieces.piece_of_block` task per block, in C order."""
     starts = block_offsets(chunks)
     layer: Layer = {}
     for index in np.ndindex(*(len(c) for c in chunks)):
         offsets = tuple(starts[axis][i] for axis, i in enumerate(index))
-        layer[(name, len(layer))] = (tasks.piece_of_block, (blocks, *index), offsets)
+        layer[(name, len(layer))] = (piece_of_block, (blocks, *index), offsets)
     return layer
 
 
@@ -168,11 +176,11 @@ def pieces_of_coo(
     client = current_client()
     if client is None:
         layer: Layer = {
-            (name, i): (tasks.Piece, coords[:, s : s + step], data[s : s + step])
+            (name, i): (Piece, coords[:, s : s + step], data[s : s + step])
             for i, s in enumerate(starts)
         }
     else:
-        pieces = [tasks.Piece(coords[:, s : s + step], data[s : s + step]) for s in starts]
+        pieces = [Piece(coords[:, s : s + step], data[s : s + step]) for s in starts]
         layer = {(name, i): future for i, future in enumerate(client.scatter(pieces))}
     return Pieces(HighLevelGraph.from_collections(name, layer, []), tuple(layer))
 
@@ -196,7 +204,7 @@ def pieces_of_columns(
     raw = f"sporadik-columns-{tokenize(values, *columns, shape)}"
     held, names = blocks_of_arrays([values, *columns])
     layer: Layer = {
-        (raw, b): (tasks.checked_columns, shape, *[(name, b) for name in names])
+        (raw, b): (checked_columns, shape, *[(name, b) for name in names])
         for b in range(len(values.chunks[0]))
     }
     pieces, repeats = _merged(raw, layer, shape)
@@ -206,7 +214,7 @@ def pieces_of_columns(
 def names_of_frame(frame: Any, labelled: Sequence[str]) -> Delayed:
     """A delayed mapping of each ``labelled`` column to its sorted distinct names (Arrow strings).
 
-    1. Each partition's distinct names, column by column (:func:`tasks.frame_names`).
+    1. Each partition's distinct names, column by column (:func:`frame_pieces.frame_names`).
     2. United in a tree, :data:`NAMES_FAN_IN` at a time, so no task holds more than that many
        partitions' names, and the graph holds no name whatever their number.
 
@@ -220,10 +228,10 @@ def names_of_frame(frame: Any, labelled: Sequence[str]) -> Delayed:
     layer: Layer = {}
     level = []
     for b, part in enumerate(parts):
-        layer[(name, 0, b)] = (tasks.frame_names, part.key, labelled)
+        layer[(name, 0, b)] = (frame_pieces.frame_names, part.key, labelled)
         level.append((name, 0, b))
-    root = fan_in(layer, name, level, tasks.unite_names, width=NAMES_FAN_IN)
-    layer[name] = (tasks.unite_names, root)
+    root = fan_in(layer, name, level, frame_pieces.unite_names, width=NAMES_FAN_IN)
+    layer[name] = (frame_pieces.unite_names, root)
     return Delayed(name, HighLevelGraph.from_collections(name, layer, dependencies=parts))
 
 
@@ -244,7 +252,7 @@ def pieces_of_frame(
     raw = f"sporadik-frame-{tokenize(frame, shape, columns, values, labels)}"
     names_key = f"{raw}-labels"  # once in the graph, not copied into every task
     layer: Layer = {
-        (raw, b): (tasks.frame_piece, key, shape, columns, values, names_key)
+        (raw, b): (frame_pieces.frame_piece, key, shape, columns, values, names_key)
         for b, key in enumerate(frame.__dask_keys__())
     }
     layer[names_key] = labels
@@ -265,8 +273,8 @@ def _merged(
     outputs, shuffled = _shuffle(
         merged,
         blocks,
-        split=(tasks.split_by_cell, shape, len(blocks)),
-        combine=[(tasks.merge_pieces, shape)] * len(blocks),
+        split=(split_by_cell, shape, len(blocks)),
+        combine=[(merge_pieces, shape)] * len(blocks),
     )
     layer.update(shuffled)
     piece, repeated = f"{merged}-piece", f"{merged}-repeats"
@@ -280,8 +288,8 @@ def _merged(
 
 
 def pieces_of_layout(
-    indices: tasks.ArrayRef,
-    data: tasks.ArrayRef,
+    indices: array_refs.ArrayRef,
+    data: array_refs.ArrayRef,
     indptr: npt.NDArray[np.int64],
     bounds: npt.NDArray[np.int64],
     layout: LayoutGeometry,
@@ -296,7 +304,7 @@ def pieces_of_layout(
     layer: Layer = {}
     for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         layer[(name, len(layer))] = (
-            tasks.piece_of_layout,
+            piece_of_layout,
             indices,
             data,
             indptr[start : stop + 1],
@@ -351,7 +359,7 @@ def _shuffle(
 
 
 def count_graph(pieces: Pieces, shape: Sequence[int], axes: Sequence[int]) -> Delayed:
-    """A delayed :class:`~sporadik_dask.write.tasks.Tally`: the pass that fixes every ``indptr``."""
+    """A delayed :class:`~sporadik_dask.write.counting.Tally`: the pass fixing every ``indptr``."""
     extents = tuple((int(axis), int(shape[axis])) for axis in axes)
     name = f"sporadik-count-{tokenize(pieces.keys, pieces.repeats, extents)}"
     layer = _count_layer(name, pieces.keys, pieces.repeats, extents)
@@ -376,17 +384,17 @@ def _count_layer(
     layer: Layer = {}
     level = []
     for i, piece in enumerate(pieces):
-        layer[(name, 0, i)] = (tasks.count_piece, piece, extents)
+        layer[(name, 0, i)] = (counting.count_piece, piece, extents)
         level.append((name, 0, i))
-    root = fan_in(layer, name, level, tasks.add_counts, width=COUNT_FAN_IN)
-    layer[name] = (tasks.tally, root, (sum, list(repeats)))
+    root = fan_in(layer, name, level, counting.add_counts, width=COUNT_FAN_IN)
+    layer[name] = (counting.tally, root, (sum, list(repeats)))
     return layer
 
 
 def write_graph(
     pieces: Pieces,
     plans: Mapping[int, LayoutPlan],
-    arrays: Mapping[int, Mapping[str, tasks.ArrayRef]],
+    arrays: Mapping[int, Mapping[str, array_refs.ArrayRef]],
     spilled: Mapping[int, int] | None = None,
     shared: Any = None,
     first: tuple[str, Callable[[Any], Any], Any] | None = None,
@@ -441,7 +449,7 @@ def write_graph(
 def _write_layers(
     pieces: Sequence[Key],
     layouts: Mapping[
-        int, tuple[str, WritePlan, Mapping[str, tasks.ArrayRef], tuple[SpillTo, int] | None]
+        int, tuple[str, WritePlan, Mapping[str, array_refs.ArrayRef], tuple[SpillTo, int] | None]
     ],
     before: Key | None = None,
 ) -> Layer:
@@ -484,7 +492,7 @@ def _write_layer(
     name: str,
     pieces: Sequence[Key],
     plan: WritePlan,
-    arrays: Mapping[str, tasks.ArrayRef],
+    arrays: Mapping[str, array_refs.ArrayRef],
     spill_to: tuple[SpillTo, int] | None = None,
     after: str | None = None,
     before: Key | None = None,

@@ -23,7 +23,7 @@ from sporadik_dask.format.spec import MIN_RANK, check_indptr
 from sporadik_dask.planning.plan import partition_bounds
 from sporadik_dask.store.describe import LayoutDescription
 from sporadik_dask.store.labels import Labels, labels_of
-from sporadik_dask.write import graph, tasks
+from sporadik_dask.write import array_refs, frame_pieces, graph, pieces
 
 __all__ = [
     "Labels",
@@ -131,7 +131,7 @@ def source_of(
         return _from_coo(sparse.COO.from_scipy_sparse(x))
     if isinstance(x, sparse.SparseArray):
         if x.fill_value != 0:
-            tasks.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
+            pieces.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
         return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
@@ -148,7 +148,7 @@ def _from_dask_array(x: da.Array) -> Source:
     dtype = check_dtype(x.dtype)
     meta_fill = getattr(x._meta, "fill_value", 0)
     if meta_fill != 0:
-        tasks.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
+        pieces.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
     return Source(shape=shape, dtype=dtype, pieces=graph.pieces_of_blocks(x))
 
 
@@ -223,7 +223,7 @@ def _from_frame(
         for name, names in found.items()
     }
     sizes = frame_shape(shape, columns, labels)
-    dtype = tasks.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
+    dtype = frame_pieces.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
     pieces = graph.pieces_of_frame(frame, sizes, columns, values, held)
     return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
@@ -302,6 +302,6 @@ def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Sourc
     indptr = np.asarray(group["indptr"][:], dtype=np.int64)
     check_indptr(indptr, layout.nnz, f"Layout {layout.path!r} in {where}")
     bounds = partition_bounds(indptr, PIECE_VALUES)
-    indices, data = tasks.ArrayRef.of(group["indices"]), tasks.ArrayRef.of(group["data"])
+    indices, data = array_refs.ArrayRef.of(group["indices"]), array_refs.ArrayRef.of(group["data"])
     pieces = graph.pieces_of_layout(indices, data, indptr, bounds, layout)
     return Source(shape=layout.shape, dtype=layout.dtype, pieces=pieces)

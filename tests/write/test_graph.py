@@ -20,7 +20,8 @@ import zarr
 import sporadik_dask as sd
 from sporadik_dask.planning.plan import plan_layout
 from sporadik_dask.synthetic import counts_matrix
-from sporadik_dask.write import graph, tasks
+from sporadik_dask.write import array_refs, counting, graph, tasks
+from sporadik_dask.write.pieces import merge_pieces, split_by_cell
 from sporadik_dask.write.writer import create_layout
 from tests.helpers import random_dense
 
@@ -29,8 +30,8 @@ def _shuffled(inputs: int, partitions: int) -> tuple[list[Any], dict[Any, Any]]:
     return graph._shuffle(
         "s",
         [("in", b) for b in range(inputs)],
-        split=(tasks.split_by_cell, (4, 4), partitions),
-        combine=[(tasks.merge_pieces, (4, 4))] * partitions,
+        split=(split_by_cell, (4, 4), partitions),
+        combine=[(merge_pieces, (4, 4))] * partitions,
     )
 
 
@@ -43,10 +44,10 @@ def test_the_shuffle_splits_each_input_once_and_each_partition_gathers_one_part_
     splits = [key for key in layer if key[0] == "s-split"]
     assert splits == [("s-split", b) for b in range(inputs)]
     for b in range(inputs):
-        assert layer[("s-split", b)] == (tasks.split_by_cell, ("in", b), (4, 4), partitions)
+        assert layer[("s-split", b)] == (split_by_cell, ("in", b), (4, 4), partitions)
     for p in range(partitions):
         func, shape, *parts = layer[("s", p)]
-        assert (func, shape) == (tasks.merge_pieces, (4, 4))
+        assert (func, shape) == (merge_pieces, (4, 4))
         assert parts == [("s-part", b, p) for b in range(inputs)]
         for b in range(inputs):
             assert layer[("s-part", b, p)][1:] == (("s-split", b), p)
@@ -60,14 +61,14 @@ def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None
     assert all(len(task) - 1 <= graph.COUNT_FAN_IN for task in adds)
     # 70 counts -> 9 -> 2 -> 1.
     assert sorted({key[1] for key in layer if key != "c"}) == [0, 1, 2, 3]
-    assert layer["c"][0] is tasks.tally
+    assert layer["c"][0] is counting.tally
 
 
 def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> None:
     dense = random_dense(np.random.default_rng(1), (30, 20), 0.3)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(7, 6), asarray=False)
     tally = graph.count_graph(graph.pieces_of_blocks(x), x.shape, (0, 1)).compute()
-    assert isinstance(tally, tasks.Tally)
+    assert isinstance(tally, counting.Tally)
     for k, axis in enumerate((1, 0)):
         held = np.flatnonzero(np.count_nonzero(dense, axis=axis))
         np.testing.assert_array_equal(tally.counts[k].positions, held)
@@ -87,11 +88,11 @@ def test_block_pieces_carry_each_block_offset_in_c_order() -> None:
     ]
 
 
-def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.ArrayRef]]:
+def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, array_refs.ArrayRef]]:
     layouts = zarr.open_group(path, mode="w", zarr_format=3).create_group("layouts")
     return {
         axis: {
-            name: tasks.ArrayRef.of(a)
+            name: array_refs.ArrayRef.of(a)
             for name, a in create_layout(layouts, plan, False, "zstd").items()
         }
         for axis, plan in plans.items()
@@ -167,7 +168,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 
     found_args = [a for task in layer.values() for a in arguments(task)]
     assert not any(isinstance(a, zarr.Array) for a in found_args)
-    assert any(isinstance(a, tasks.ArrayRef) for a in found_args)
+    assert any(isinstance(a, array_refs.ArrayRef) for a in found_args)
     assert len(pickle.dumps(dict(layer))) < 200_000
 
 
@@ -293,9 +294,9 @@ def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None
     indptr = np.array([0, 1, 3, 4])
     bounds = np.array([0, 2, 3])
     plan = plan_layout((3, 5), 0, (1,), np.diff(indptr), "float32", partition_values=2)
-    refs = tasks.ArrayRef.of(indices), tasks.ArrayRef.of(data)
+    refs = array_refs.ArrayRef.of(indices), array_refs.ArrayRef.of(data)
     here = graph.pieces_of_layout(*refs, indptr, bounds, plan)
-    there = graph.pieces_of_layout(refs[0], tasks.ArrayRef.of(moved), indptr, bounds, plan)
+    there = graph.pieces_of_layout(refs[0], array_refs.ArrayRef.of(moved), indptr, bounds, plan)
     assert len(here.keys) == 2 and here.keys[0] != there.keys[0]
     task = here.graph.layers[here.keys[0][0]][here.keys[0]]
     np.testing.assert_array_equal(task[3], [0, 1, 3])

@@ -4,15 +4,12 @@ scipy's conversions and dense arrays, over random shapes, densities and orders."
 from __future__ import annotations
 
 import itertools
-import pickle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import sparse
-import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +19,7 @@ from sporadik_dask.kernels.regions import Regions
 from sporadik_dask.kernels.runs import columns_of_runs, rows_of_runs
 from sporadik_dask.kernels.sort import sort_by_key
 from sporadik_dask.write import spill, tasks
+from sporadik_dask.write.pieces import Piece, piece_of_block
 from tests.helpers import random_dense
 
 
@@ -136,7 +134,7 @@ def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
     rng = np.random.default_rng(seed)
     shape = (13, 4, 5)[:rank]
     dense = random_dense(rng, shape, 0.3).astype(dtype)
-    piece = tasks.piece_of_block(dense, (0,) * rank)
+    piece = piece_of_block(dense, (0,) * rank)
     others = [a for a in range(rank) if a != axis][::-1]
     index_shape = [shape[a] for a in others]
     extent = shape[axis]
@@ -159,62 +157,9 @@ def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
 
 
 def test_a_piece_position_outside_the_planned_positions_is_refused() -> None:
-    piece = tasks.Piece(np.array([[0, 9], [1, 1]]), np.array([1.0, 2.0]))
+    piece = Piece(np.array([[0, 9], [1, 1]]), np.array([1.0, 2.0]))
     with pytest.raises(sd.LayoutError, match=r"outside 0\.\.4"):
         tasks.split_piece(piece, 0, (1,), (3,), np.array([0, 2, 5]), np.int32)
-
-
-def test_merging_pieces_adds_repeated_cells_and_counts_them() -> None:
-    rng = np.random.default_rng(3)
-    coords = rng.integers(0, 6, size=(2, 60))
-    data = rng.integers(1, 9, 60).astype(np.float64)
-    expected = np.zeros((6, 6))
-    np.add.at(expected, tuple(coords), data)
-    pieces = [tasks.Piece(coords[:, :25], data[:25]), tasks.Piece(coords[:, 25:], data[25:])]
-    merged = tasks.merge_pieces((6, 6), *pieces)
-    got = np.zeros((6, 6))
-    got[tuple(merged.piece.coords)] = merged.piece.data
-    np.testing.assert_array_equal(got, expected)
-    assert merged.repeats == 60 - np.count_nonzero(expected)
-    keys = np.ravel_multi_index(tuple(merged.piece.coords), (6, 6))
-    assert np.all(np.diff(keys) > 0)
-
-
-def test_splitting_by_cell_sends_every_copy_of_a_cell_to_one_part() -> None:
-    coords = np.array([[0, 1, 0, 2, 1], [3, 1, 3, 0, 1]])
-    parts = tasks.split_by_cell(tasks.Piece(coords, np.arange(5.0)), (3, 4), 3)
-    homes = {tuple(cell): p for p, part in enumerate(parts) for cell in part.coords.T.tolist()}
-    for p, part in enumerate(parts):
-        assert all(homes[tuple(cell)] == p for cell in part.coords.T.tolist())
-    assert sum(part.data.size for part in parts) == 5
-
-
-SCIPY_FORMATS = ["csr", "csc", "coo", "lil", "dok", "bsr"]
-
-
-@pytest.mark.parametrize("layout", SCIPY_FORMATS)
-def test_a_scipy_block_gives_the_cells_of_its_dense_form_placed_by_offset(layout: str) -> None:
-    dense = random_dense(np.random.default_rng(4), (9, 7), 0.3)
-    block = sp.csr_matrix(dense).asformat(layout)
-    piece = tasks.piece_of_block(block, (100, 20))
-    got = np.zeros((109, 27))
-    got[tuple(piece.coords)] = piece.data
-    np.testing.assert_array_equal(got[100:, 20:], dense)
-    assert piece.data.size == np.count_nonzero(dense)
-
-
-def test_a_csr_block_keeps_row_major_order_and_shares_its_values() -> None:
-    block = sp.csr_matrix(random_dense(np.random.default_rng(5), (8, 6), 0.4, np.float64))
-    piece = tasks.piece_of_block(block, (0, 0))
-    keys = np.ravel_multi_index(tuple(piece.coords), (8, 6))
-    assert np.all(np.diff(keys) > 0)
-    assert np.shares_memory(piece.data, block.data)
-
-
-def test_a_sparse_block_with_a_nonzero_fill_value_is_refused() -> None:
-    block = sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0)
-    with pytest.raises(sd.LayoutError, match=r"fill_value 1\.0"):
-        tasks.piece_of_block(block, (0, 0))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64", "float16"])
@@ -447,68 +392,11 @@ def test_grouping_runs_refuses_an_index_past_its_axis_and_leaves_its_buffers_cle
     assert not buffers[0].any() and not buffers[1].any()
 
 
-def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
-    tmp_path: Path,
-) -> None:
-    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
-    array = group.create_array("layouts/axis0/data", shape=(10,), dtype="float32", chunks=(4,))
-    ref = tasks.ArrayRef.of(array)
-    copied = pickle.loads(pickle.dumps(ref))
-    assert copied == ref and hash(copied) == hash(ref)
-    opened = copied.open()
-    assert opened.path == "layouts/axis0/data" and opened.chunks == (4,)
-    assert copied.open() is opened
-
-
-def test_an_array_reference_differs_by_store_path_and_chunking(tmp_path: Path) -> None:
-    def ref(store: str, path: str, chunk: int) -> tasks.ArrayRef:
-        group = zarr.open_group(tmp_path / store, mode="a", zarr_format=3)
-        array = group.create_array(path, shape=(10,), dtype="float32", chunks=(chunk,))
-        return tasks.ArrayRef.of(array)
-
-    first = ref("a.zarr", "data", 4)
-    assert len({first, ref("b.zarr", "data", 4), ref("a.zarr", "other", 4)}) == 3
-    assert ref("c.zarr", "data", 4) != ref("d.zarr", "data", 5)
-
-
-def test_an_array_replaced_after_the_write_was_planned_is_refused(tmp_path: Path) -> None:
-    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
-    ref = tasks.ArrayRef.of(group.create_array("data", shape=(10,), dtype="float32", chunks=(4,)))
-    group.create_array("data", shape=(10,), dtype="float32", chunks=(5,), overwrite=True)
-    with pytest.raises(sd.SporadikError, match="changed after this write was planned"):
-        tasks.write_array(ref, 0, np.ones(10, dtype=np.float32))
-
-
 def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -> None:
     # positions 0..3; position 2 holds [1, 9], position 3 is empty: 9 is its maximum, not 1
     part = tasks.Part(np.array([[0, 2, 2], [0, 0, 1]]), np.array([4.0, 1.0, -9.0]))
     runs = tasks.sort_partition(0, 4, 2, np.int32, (0, 3), part)
     np.testing.assert_array_equal(runs.maxima, [4.0, 0.0, 9.0, 0.0])
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    length=st.sampled_from([1, 7, 40, 10**6, 5 * 10**9]),
-    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=4),
-)
-def test_counts_added_over_pieces_hold_only_the_positions_holding_values(
-    seed: int, length: int, sizes: list[int]
-) -> None:
-    """Whether a piece counts by bincount (an axis no longer than its values) or by sorting its
-    positions (an axis as long as a genome's), the sum over pieces is numpy's bincount, held as
-    the positions holding values and their counts: nothing as long as the axis."""
-    rng = np.random.default_rng(seed)
-    columns = [rng.integers(0, min(length, 100), size) * (length // 100 or 1) for size in sizes]
-    counted = [
-        tasks.count_piece(tasks.Piece(np.stack([c, c]), np.ones(c.size)), [(1, length)])
-        for c in columns
-    ]
-    (total,) = tasks.add_counts(*counted).counts
-    held, counts = np.unique(np.concatenate(columns), return_counts=True)
-    np.testing.assert_array_equal(total.positions, held)
-    np.testing.assert_array_equal(total.counts, counts)
-    assert total.length == length and total.nnz == sum(sizes)
 
 
 def test_a_partition_spanning_a_genome_stretch_makes_arrays_sized_by_its_values() -> None:
