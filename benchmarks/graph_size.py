@@ -62,9 +62,10 @@ def measure(factor: int) -> dict[str, Any]:
     from sporadik_dask.planning.budgets import partition_values
     from sporadik_dask.planning.plan import plan_layout
     from sporadik_dask.synthetic import counts_matrix
-    from sporadik_dask.write.graph import pieces_of_blocks, write_graph
+    from sporadik_dask.write.array_refs import ArrayRef
+    from sporadik_dask.write.graph import write_graph
+    from sporadik_dask.write.piece_graphs import pieces_of_blocks
     from sporadik_dask.write.store_write import StoreWrite
-    from sporadik_dask.write.tasks import ArrayRef
     from sporadik_dask.write.writer import create_layout
 
     started = time.perf_counter()

@@ -180,7 +180,7 @@ _S3_ERROR = (
     '<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
     "<Message>injected by the test proxy</Message></Error>"
 )
-_CODES = {500: "InternalError", 503: "SlowDown"}
+_CODES = {403: "AccessDenied", 500: "InternalError", 503: "SlowDown"}
 
 
 class _Handler(BaseHTTPRequestHandler):

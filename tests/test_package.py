@@ -67,6 +67,7 @@ def test_the_public_names_are_these_and_no_other() -> None:
         "ScanWarning",
         "SpecError",
         "SporadikError",
+        "StoreAccessError",
         "StoreDescription",
         "StoreExistsError",
         "StoreNotFoundError",

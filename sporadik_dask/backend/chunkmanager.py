@@ -87,7 +87,7 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
 
     # the reading stack, loaded on first use
     from sporadik_dask.read.dask_model import read_array
-    from sporadik_dask.read.window import READ_PREFIX
+    from sporadik_dask.read.window import READ_PREFIX, read_blocks
 
     given = kwargs.get("name")
     options = {k: v for k, v in kwargs.items() if k not in ("name", "meta", "asarray")}
@@ -108,7 +108,7 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     name = f"{READ_PREFIX}{given or tokenize(backend.reader, data, chunks)}"
     if beneath.whole and beneath.axes == tuple(range(data.ndim)):
         # dask's own getter over the reader: blocks are sparse, slices fuse
-        return read_array(backend.reader, chunks, meta, name=name, **options)
+        return read_blocks(backend.reader, chunks, meta, name=name, **options)
     return read_array(_Indexed(data), chunks, meta, name=name, **options)
 
 

@@ -134,7 +134,9 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None, quiet: bool) ->
     from sporadik_dask.store.labels import frame_coords
 
     try:
-        x = read_elem_lazy(group["X"])
+        x = _h5ad_sparse_matrix(source, group["X"])
+        if x is None:
+            x = read_elem_lazy(group["X"])
         tables = {dim: anndata.io.read_elem(group[dim]) for dim in ("obs", "var")}
     except (KeyError, OSError) as unreadable:
         raise SporadikError(
@@ -156,6 +158,18 @@ def _anndata_matrix(source: str, options: dict[str, Any] | None, quiet: bool) ->
         coords.update(frame_coords(table, dim, ("obs", "var"), taken))
     # scipy chunks go to the writer as they are: it reads CSR and CSC through their own arrays
     return xr.DataArray(x, dims=("obs", "var"), coords=coords, name="X")
+
+
+def _h5ad_sparse_matrix(source: str, x: Any) -> Any:
+    """An .h5ad's sparse X read in blocks whose gzip chunks are inflated on every core (h5py
+    inflates one at a time), or None for any other X."""
+    import h5py
+
+    if not source.endswith(".h5ad") or not isinstance(x, h5py.Group):
+        return None
+    from sporadik_dask.cli.h5ad import sparse_matrix
+
+    return sparse_matrix(source, x)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ __all__ = [
     "ScanWarning",
     "SpecError",
     "SporadikError",
+    "StoreAccessError",
     "StoreExistsError",
     "StoreNotFoundError",
     "StoreReplacedError",
@@ -52,6 +53,14 @@ class LayoutError(SporadikError):
 
 class StoreNotFoundError(SporadikError, FileNotFoundError):
     """Nothing is stored at the location given."""
+
+
+class StoreAccessError(SporadikError, PermissionError):
+    """The store refused these credentials (an object store's Access Denied).
+
+    Its own class, so that neither a user nor the CLI takes it for a missing or damaged store:
+    what is stored there may be fine, and retrying does not help; other credentials do.
+    """
 
 
 class StoreExistsError(SporadikError, FileExistsError):

@@ -58,8 +58,7 @@ def from_sporadik(
     import sparse
     from dask.base import tokenize
 
-    from sporadik_dask.read.dask_model import read_array
-    from sporadik_dask.read.window import as_sporadik_array
+    from sporadik_dask.read.window import as_sporadik_array, read_blocks
 
     opened = open_store(store, storage_options=storage_options)
     layouts = opened.description.layouts
@@ -77,7 +76,7 @@ def from_sporadik(
     if format == "gcxs":
         meta = meta.asformat("gcxs", compressed_axes=(chosen,))
     name = f"from-sporadik-{tokenize(reader, chunks)}"
-    return as_sporadik_array(read_array(reader, chunks, meta, name=name))
+    return as_sporadik_array(read_blocks(reader, chunks, meta, name=name))
 
 
 def _balanced_chunks(reader: StoreReader, layout: LayoutDescription) -> tuple[tuple[int, ...], ...]:

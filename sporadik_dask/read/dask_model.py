@@ -14,6 +14,7 @@ asks what is beneath them only through this module, so both models give the same
    registers the array's name with that source in a map of weak values (an entry lives as long as
    some graph or expression holds the source), so :func:`source_of` finds the reader of a plain
    read and :func:`reads_beneath` any read beneath an array, in either model;
+   :func:`read_graph` registers a read made of tasks of its own the same way;
 4. the names beneath an array (:func:`names_beneath`): its graph's layers, or its expression's
    operands;
 5. a tree reduction with a meta of its result (:func:`reduction`).
@@ -40,6 +41,7 @@ __all__ = [
     "names_beneath",
     "on_blocks",
     "read_array",
+    "read_graph",
     "reads_beneath",
     "reduction",
     "rewrap",
@@ -155,6 +157,17 @@ def read_array(source: Any, chunks: Any, meta: Any, *, name: str, **kwargs: Any)
     array-likes that have one). ``name`` names it in the graph model (the expression model names
     it by its expression); ``kwargs`` go to ``from_array``."""
     x: da.Array = da.from_array(source, chunks, meta=meta, asarray=False, name=name, **kwargs)
+    _register(x.name, source)
+    return x
+
+
+def read_graph(
+    source: Any, graph: Mapping[Any, Any], name: str, chunks: Any, meta: Any
+) -> da.Array:
+    """The array of ``graph``'s blocks ``(name, i, j, ...)`` (:func:`from_graph`), registered
+    as a read of ``source``: for a read whose tasks are not dask's getter over ``source``, but
+    whose blocks are ``source``'s all the same."""
+    x = from_graph(graph, name, chunks, meta)
     _register(x.name, source)
     return x
 

@@ -14,7 +14,7 @@ import zarr
 
 from sporadik_dask.planning.budgets import TOTALS_BATCH
 from sporadik_dask.read.routing import Brackets
-from sporadik_dask.store.chunks import read_chunks
+from sporadik_dask.store.chunks import read_visited
 from sporadik_dask.store.describe import LayoutDescription
 
 __all__ = ["accumulator", "counts", "totals"]
@@ -38,29 +38,54 @@ def totals(
     """Sum of the values of each position's run, from the brackets of every position.
 
     ``TOTALS_BATCH`` chunks of ``data`` at a time, so memory stays bounded whatever the store's
-    size. Sums accumulate in 64 bits (float64, int64 or uint64).
+    size, each chunk added up by the thread that decoded it, while it is in that core's cache:
+    no chunk is joined to another or copied (decode, join, then add took 0.17 CPU-s for 19.2 M
+    float32 values, of which the add 0.05 s on one core; ``benchmarks/codecs.py``). Sums
+    accumulate in 64 bits (float64, int64 or uint64).
 
-    1. Decode a batch of consecutive chunks, values ``[start, stop)``.
-    2. Find the positions whose runs meet it by bisecting ``indptr`` (sorted), so each batch
-       costs its own runs, not every position.
-    3. Add each such run's part of the batch, by ``np.add.reduceat`` (runs are consecutive).
+    1. Decode a batch of chunks, each on a thread of its own.
+    2. In that thread, find the positions whose runs meet the chunk, values ``[start, stop)``,
+       by bisecting ``indptr`` (sorted), so each chunk costs its own runs, not every position,
+       and add each such run's part of the chunk by ``np.add.reduceat`` (runs are consecutive).
+    3. Add each chunk's sums into the result, a chunk at a time: a run cut by a chunk's edge
+       gets a sum from each chunk it meets.
     """
-    lo, hi = brackets
+    hi = brackets[1]
     result = np.zeros(layout.positions, dtype=accumulator(layout.dtype))
     chunk = layout.chunks["data"]
     end = int(hi[-1]) if hi.size else 0  # values past the last run belong to no position
     chunk_count = -(-end // chunk)
     for first in range(0, chunk_count, TOTALS_BATCH):
         ids = np.arange(first, min(first + TOTALS_BATCH, chunk_count), dtype=np.int64)
-        (decoded,) = read_chunks([(data, ids)])
-        start = first * chunk
-        values = np.concatenate(decoded)[: end - start]
-        stop = start + values.size
+        _add_chunks(data, ids, brackets, end, result)
+    return result
+
+
+def _add_chunks(
+    data: zarr.Array[Any],
+    ids: npt.NDArray[np.int64],
+    brackets: Brackets,
+    end: int,
+    result: npt.NDArray[Any],
+) -> None:
+    """Steps 1-3 of :func:`totals` for the chunks ``ids`` of ``data``."""
+    lo, hi = brackets
+    chunk = int(data.chunks[0])
+    sums: list[tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None] = [None] * len(ids)
+
+    def add(_: int, k: int, values: npt.NDArray[Any]) -> None:
+        start = int(ids[k]) * chunk
+        stop = min(start + chunk, end)
         first_p = int(np.searchsorted(hi, start, side="right"))
         last_p = int(np.searchsorted(lo, stop, side="left"))
         since = np.clip(lo[first_p:last_p], start, stop) - start
         until = np.clip(hi[first_p:last_p], start, stop) - start
         meet = np.flatnonzero(until > since)
         if meet.size:
-            result[first_p + meet] += np.add.reduceat(values, since[meet], dtype=result.dtype)
-    return result
+            added = np.add.reduceat(values[: stop - start], since[meet], dtype=result.dtype)
+            sums[k] = (first_p + meet, added)
+
+    read_visited([(data, ids)], add)
+    for found in sums:
+        if found is not None:
+            result[found[0]] += found[1]

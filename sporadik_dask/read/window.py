@@ -32,6 +32,7 @@ __all__ = [
     "READ_PREFIX",
     "SporadikArray",
     "StoreWindow",
+    "read_blocks",
     "reader_of",
     "reduced",
     "select",
@@ -79,6 +80,123 @@ class StoreWindow:
 
     def __dask_tokenize__(self) -> Any:
         return (type(self).__name__, self.reader, self.positions, sorted(self.dropped.items()))
+
+
+def read_blocks(source: Any, chunks: Any, meta: Any, *, name: str, **kwargs: Any) -> da.Array:
+    """A read of ``source`` (a reader or a window) in ``chunks``, registered as its read.
+
+    Each block is one call to ``source`` (dask's ``from_array``), unless the blocks cut an axis
+    along which no layout the reads go through runs: a block of positions 0:10**8 of a genome,
+    read through the layout of samples, reads every sample's whole run and keeps a 31st of it,
+    so 31 such blocks read every stored value 31 times. Then the blocks are read in *strips*:
+
+    1. A strip is whole along every such axis, and cut as ``chunks`` cut the other axes.
+    2. One task reads a strip (one call to ``source``) and splits its values by block.
+    3. Each block takes its part of its strip: every stored run is read once per compute.
+
+    ``kwargs`` go to ``from_array`` when the blocks are its own; ``sparse.GCXS`` reads are
+    always dask's getter.
+    """
+    from dask.base import tokenize
+
+    chunks = da.core.normalize_chunks(chunks, source.shape, dtype=source.dtype)
+    scanned = _scanned(source, chunks)
+    if not scanned or getattr(source, "format", "coo") != "coo":
+        return dask_model.read_array(source, chunks, meta, name=name, **kwargs)
+    import itertools
+
+    strips = [(c if axis not in scanned else (sum(c),)) for axis, c in enumerate(chunks)]
+    strip_name = f"sporadik-strip-{tokenize(name)}"
+    edges = [np.cumsum((0, *chunks[axis])) for axis in scanned]
+    graph: dict[Any, Any] = {}
+    for at in itertools.product(*(range(len(c)) for c in strips)):
+        key = tuple(
+            slice(int(e[i]), int(e[i + 1]))
+            for e, i in zip((np.cumsum((0, *c)) for c in strips), at, strict=True)
+        )
+        graph[(strip_name, *at)] = (_read_strip, source, key, scanned, edges)
+    for at in itertools.product(*(range(len(c)) for c in chunks)):
+        strip = tuple(0 if axis in scanned else i for axis, i in enumerate(at))
+        part = int(np.ravel_multi_index([at[a] for a in scanned], [len(e) - 1 for e in edges]))
+        graph[(name, *at)] = (_part, (strip_name, *strip), part)
+    return dask_model.read_graph(source, graph, name, chunks, meta)
+
+
+def _scanned(source: Any, chunks: tuple[tuple[int, ...], ...]) -> list[int]:
+    """The axes of ``source`` cut into blocks that a read would not bracket: no layout the
+    reads go through runs along them, or their blocks are too long to bracket
+    (:data:`~sporadik_dask.planning.budgets.BRACKET_POSITIONS`) and another layout would be
+    read instead (:func:`~sporadik_dask.read.routing.candidates`)."""
+    from sporadik_dask.planning.budgets import BRACKET_POSITIONS
+
+    layouts = _layout_axes(source)
+    return [
+        axis
+        for axis, store_axis in enumerate(_store_axes(source))
+        if len(chunks[axis]) > 1
+        and (
+            store_axis not in layouts
+            or (len(layouts) > 1 and max(chunks[axis]) > BRACKET_POSITIONS)
+        )
+    ]
+
+
+def _store_axes(source: Any) -> list[int]:
+    """The store axis each axis of ``source`` (a reader or a window) reads."""
+    reader, dropped = _beneath(source)
+    return [axis for axis in range(len(reader.shape)) if axis not in dropped]
+
+
+def _layout_axes(source: Any) -> set[int]:
+    """The store axes of the layouts ``source``'s reads may go through: the reader's fixed
+    layout, or every layout of the store."""
+    reader, _ = _beneath(source)
+    return set(reader.description.layouts) if reader.axis is None else {reader.axis}
+
+
+def _read_strip(
+    source: Any, key: tuple[slice, ...], axes: list[int], edges: list[Any]
+) -> list[Any]:
+    """``source[key]`` split into blocks cut along ``axes`` at ``edges`` (offsets in the strip),
+    in C order of those blocks: each a ``sparse.COO`` in C order, marked as read."""
+    import sparse
+
+    strip = source[key]
+    counts = [len(e) - 1 for e in edges]
+    spots = [
+        np.searchsorted(e, strip.coords[axis], side="right") - 1
+        for axis, e in zip(axes, edges, strict=True)
+    ]
+    which = np.ravel_multi_index(spots, counts) if spots[0].size else np.zeros(0, dtype=np.int64)
+    order = np.argsort(which, kind="stable")  # C order kept within each block
+    bounds = np.searchsorted(which[order], np.arange(math.prod(counts) + 1))
+    coords = strip.coords[:, order]
+    for axis, e, spot in zip(axes, edges, spots, strict=True):
+        coords[axis] -= e[spot[order]]
+    data = strip.data[order]
+    blocks = []
+    for at in np.ndindex(*counts):
+        shape = list(strip.shape)
+        for axis, e, i in zip(axes, edges, at, strict=True):
+            shape[axis] = int(e[i + 1] - e[i])
+        part = int(np.ravel_multi_index(at, counts))
+        lo, hi = bounds[part], bounds[part + 1]
+        blocks.append(
+            mark_read(
+                sparse.COO(
+                    coords[:, lo:hi],
+                    data[lo:hi],
+                    shape=tuple(shape),
+                    has_duplicates=False,
+                    sorted=True,
+                )
+            )
+        )
+    return blocks
+
+
+def _part(parts: list[Any], at: int) -> Any:
+    return parts[at]
 
 
 def _store_part(positions: int | Axis) -> Any:
@@ -222,7 +340,7 @@ def _read_again(source: Any, chunks: Any, meta: Any, name: str) -> SporadikArray
     fresh = sparse.COO.from_numpy(np.zeros(meta.shape, dtype=meta.dtype))
     if meta.format != "coo":
         fresh = fresh.asformat(meta.format, compressed_axes=meta.compressed_axes)
-    return as_sporadik_array(dask_model.read_array(source, chunks, fresh, name=name))
+    return as_sporadik_array(read_blocks(source, chunks, fresh, name=name))
 
 
 def as_sporadik_array(x: da.Array) -> SporadikArray:
@@ -336,15 +454,19 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
         else:
             chunks.append(_cut(len(got), max(x.chunks[axis], default=1)))
     listed = [at for at, (part, _, _) in enumerate(kept) if not isinstance(part, slice)]
-    if listed:  # blocks split the listed positions, whole along the rest: each run read once
+    window = _window(source, picked)
+    if listed and _store_axes(window)[listed[0]] not in _layout_axes(window):
+        # no layout along the list: every block would read the runs of all it keeps of the
+        # other axes, so the list is one block, and the blocks are cut as the other axes were
+        chunks[listed[0]] = (len(kept[listed[0]][1]),)
+    elif listed:  # blocks split the listed positions, whole along the rest: each run read once
         along = len(kept[listed[0]][1])
         blocks = max(1, min(math.prod(x.numblocks), along))
         chunks = [(len(got),) for _, got, _ in kept]
         chunks[listed[0]] = _cut(along, -(-along // blocks))
-    window = _window(source, picked)
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
-    return as_sporadik_array(dask_model.read_array(window, tuple(chunks), meta, name=name))
+    return as_sporadik_array(read_blocks(window, tuple(chunks), meta, name=name))
 
 
 def reduced(

@@ -111,6 +111,12 @@ async def fetched(request: Any, what: Any) -> Any:
         return await request
     except (RuntimeError, ValueError):
         raise
+    except PermissionError as refused:
+        raise FetchError(
+            f"Could not fetch {what}: access denied ({refused}). The object store would not let "
+            "these credentials read it, so the read stopped rather than take zeros for it; "
+            "retrying will not help. Give credentials that may read the whole store."
+        ) from refused
     except Exception as failed:
         raise FetchError(
             f"Could not fetch {what} ({type(failed).__name__}: {failed}). The read stopped "

@@ -18,11 +18,12 @@ import zarr.api.asynchronous as zarr_async
 from zarr.errors import GroupNotFoundError
 from zarr.storage import StoreLike, StorePath
 
-from sporadik_dask.format.errors import SporadikError, StoreNotFoundError
+from sporadik_dask.format.errors import SporadikError, StoreAccessError, StoreNotFoundError
 from sporadik_dask.store.zarr_adapter import AsyncGroup, run
 
 __all__ = [
     "StoreLike",
+    "access_denied",
     "bucket_of",
     "location_of",
     "missing_bucket",
@@ -106,6 +107,27 @@ async def missing_bucket(store: StoreLike, storage_options: dict[str, Any] | Non
         return False
 
 
+def access_denied(
+    store: StoreLike, error: BaseException, verb: Literal["read", "write"]
+) -> StoreAccessError | None:
+    """The error to raise for an object store refusing these credentials, if it was that.
+
+    s3fs turns S3's ``AccessDenied`` (403) into a bare ``PermissionError("Access Denied")``, which
+    names neither the URL nor the bucket, so a user with several buckets or profiles cannot tell
+    which one to fix. A local file's ``PermissionError`` already names its path: it passes.
+    """
+    bucket = bucket_of(store)
+    if not isinstance(error, PermissionError) or bucket is None:
+        return None
+    return StoreAccessError(
+        f"Access denied: the object store would not let these credentials {verb} "
+        f"{location_of(store)} (bucket {bucket!r}; {error}). Nothing there was reached, so "
+        "nothing says it is missing or damaged, and retrying will not help. Give credentials "
+        f"that may {verb} it (key and secret, or a profile, in storage_options, or in the "
+        "environment), or anon=True for a public bucket."
+    )
+
+
 def option_typo(store: StoreLike, error: BaseException) -> SporadikError | None:
     """The error to raise for a filesystem refusing one of ``storage_options``' keys, if it was
     that: the store is then unreachable, not corrupt."""
@@ -140,6 +162,10 @@ async def open_group_async(
             zarr_format=3,
             use_consolidated=False,
         )
+    except PermissionError as refused:
+        raise (
+            access_denied(store, refused, "read" if mode == "r" else "write") or refused
+        ) from refused
     except (FileNotFoundError, GroupNotFoundError, KeyError) as missing:
         if await missing_bucket(store, storage_options):
             raise StoreNotFoundError(

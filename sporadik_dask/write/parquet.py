@@ -318,7 +318,7 @@ def parquet_source(
     staged in ``staging``, which must outlive the write (and be visible to every worker).
     """
     from sporadik_dask.store.labels import Labels
-    from sporadik_dask.write import sources, tasks
+    from sporadik_dask.write import frame_pieces, sources
 
     splits, schema = splits_of(path, storage_options)
     _check_columns(path, [*columns, *([values] if values else [])], schema.names)
@@ -339,7 +339,9 @@ def parquet_source(
             for i, split in enumerate(splits)
         ]
     )
-    united = {name: tasks.unite_names_of([names[name] for names in found]) for name in labelled}
+    united = {
+        name: frame_pieces.unite_names_of([names[name] for names in found]) for name in labelled
+    }
     for name, names in united.items():
         _save_names(_staged_names(where, "labels", None, name), names)
     labels = {
@@ -347,7 +349,7 @@ def parquet_source(
     }
     sizes = sources.frame_shape(shape, tuple(columns), labels)
     dtype = (
-        tasks.COUNT_DTYPE
+        frame_pieces.COUNT_DTYPE
         if values is None
         else sources.check_dtype(schema.field(values).type.to_pandas_dtype())
     )

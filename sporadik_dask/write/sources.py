@@ -1,10 +1,12 @@
-"""What a write reads from: which inputs are accepted, checked here, and handed to ``graph``.
+"""What a write reads from: which inputs are accepted, checked here, and handed to
+``piece_graphs``.
 
-Every input becomes :class:`~sporadik_dask.write.graph.Pieces`, tasks yielding nonzeros of disjoint
-sets of cells, which is what lets a count pass give exact ``indptr`` before any value moves. Dask
-blocks are disjoint regions, and an in-memory sparse array is canonical, so their pieces are that
-already; coordinate columns may name a cell in two chunks, so ``graph`` merges them by cell. This
-module decides what an input is and refuses what cannot be written; it builds no graph itself.
+Every input becomes :class:`~sporadik_dask.write.piece_graphs.Pieces`, tasks yielding nonzeros of
+disjoint sets of cells, which is what lets a count pass give exact ``indptr`` before any value
+moves. Dask blocks are disjoint regions, and an in-memory sparse array is canonical, so their
+pieces are that already; coordinate columns may name a cell in two chunks, so ``piece_graphs``
+merges them by cell. This module decides what an input is and refuses what cannot be written; it
+builds no graph itself.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from sporadik_dask.format.spec import MIN_RANK, check_indptr
 from sporadik_dask.planning.plan import partition_bounds
 from sporadik_dask.store.describe import LayoutDescription
 from sporadik_dask.store.labels import Labels, labels_of
-from sporadik_dask.write import graph, tasks
+from sporadik_dask.write import array_refs, frame_pieces, piece_graphs, pieces
 
 __all__ = [
     "Labels",
@@ -45,7 +47,7 @@ class Source:
 
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
-    pieces: graph.Pieces
+    pieces: piece_graphs.Pieces
     labels: Labels | None = None
 
 
@@ -131,7 +133,7 @@ def source_of(
         return _from_coo(sparse.COO.from_scipy_sparse(x))
     if isinstance(x, sparse.SparseArray):
         if x.fill_value != 0:
-            tasks.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
+            pieces.piece_of_block(x, [0] * x.ndim)  # refuses, with the reason
         return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
@@ -148,15 +150,15 @@ def _from_dask_array(x: da.Array) -> Source:
     dtype = check_dtype(x.dtype)
     meta_fill = getattr(x._meta, "fill_value", 0)
     if meta_fill != 0:
-        tasks.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
-    return Source(shape=shape, dtype=dtype, pieces=graph.pieces_of_blocks(x))
+        pieces.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
+    return Source(shape=shape, dtype=dtype, pieces=piece_graphs.pieces_of_blocks(x))
 
 
 def _from_coo(coo: Any) -> Source:
     shape = _check_shape(coo.shape)
     dtype = check_dtype(coo.dtype)
     coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
-    pieces = graph.pieces_of_coo(coords, data, shape, PIECE_VALUES)
+    pieces = piece_graphs.pieces_of_coo(coords, data, shape, PIECE_VALUES)
     return Source(shape=shape, dtype=dtype, pieces=pieces)
 
 
@@ -185,7 +187,7 @@ def _from_columns(data: Any, columns: tuple[Any, ...], shape: tuple[int, ...]) -
             )
         with dask.config.set({"array.rechunk.method": "tasks"}):
             aligned.append(column.rechunk(values.chunks))
-    pieces = graph.pieces_of_columns(values, aligned, shape)
+    pieces = piece_graphs.pieces_of_columns(values, aligned, shape)
     return Source(shape=shape, dtype=dtype, pieces=pieces)
 
 
@@ -196,7 +198,7 @@ def _from_frame(
 
     Integer columns are positions. Columns of names (strings, categoricals) are labels: their
     distinct values, sorted, become the axis and its coordinate, found in one pass here
-    (:func:`graph.names_of_frame`: per partition, then united in a tree). Without
+    (:func:`piece_graphs.names_of_frame`: per partition, then united in a tree). Without
     ``values`` each row counts one, so a transcript table becomes counts per cell.
     """
     wanted = [*columns, *([values] if values else [])]
@@ -223,9 +225,9 @@ def _from_frame(
         for name, names in found.items()
     }
     sizes = frame_shape(shape, columns, labels)
-    dtype = tasks.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
+    dtype = frame_pieces.COUNT_DTYPE if values is None else check_dtype(frame.dtypes[values])
     names = Labels(name=values or "count", dims=columns, attrs={}, coords=labels)
-    pieces = graph.pieces_of_frame(frame, sizes, columns, values, held)
+    pieces = piece_graphs.pieces_of_frame(frame, sizes, columns, values, held)
     return Source(shape=sizes, dtype=dtype, pieces=pieces, labels=names)
 
 
@@ -235,8 +237,8 @@ def _frame_names(frame: Any, labelled: Sequence[str]) -> tuple[dict[str, Any], A
     if the worker holding it dies (a scattered copy would be lost with it)."""
     if not labelled:
         return {}, {}
-    names = graph.names_of_frame(frame, labelled)
-    client = graph.current_client()
+    names = piece_graphs.names_of_frame(frame, labelled)
+    client = piece_graphs.current_client()
     if client is None:
         found = names.compute()
         return found, found
@@ -302,6 +304,6 @@ def source_of_layout(group: Any, layout: LayoutDescription, where: str) -> Sourc
     indptr = np.asarray(group["indptr"][:], dtype=np.int64)
     check_indptr(indptr, layout.nnz, f"Layout {layout.path!r} in {where}")
     bounds = partition_bounds(indptr, PIECE_VALUES)
-    indices, data = tasks.ArrayRef.of(group["indices"]), tasks.ArrayRef.of(group["data"])
-    pieces = graph.pieces_of_layout(indices, data, indptr, bounds, layout)
+    indices, data = array_refs.ArrayRef.of(group["indices"]), array_refs.ArrayRef.of(group["data"])
+    pieces = piece_graphs.pieces_of_layout(indices, data, indptr, bounds, layout)
     return Source(shape=layout.shape, dtype=layout.dtype, pieces=pieces)

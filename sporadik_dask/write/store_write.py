@@ -27,7 +27,7 @@ from sporadik_dask.format.errors import IncompleteError, StoreExistsError
 from sporadik_dask.format.spec import Block
 from sporadik_dask.store.describe import StoreDescription, describe
 from sporadik_dask.write import spill
-from sporadik_dask.write.graph import current_client
+from sporadik_dask.write.piece_graphs import current_client
 from sporadik_dask.write.skeleton import commit_block, discard, is_committed
 
 __all__ = ["LAY_OUT", "StoreWrite"]

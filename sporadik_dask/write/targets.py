@@ -24,6 +24,7 @@ from sporadik_dask.format.spec import BLOCK_KEY, LAYOUTS_GROUP
 from sporadik_dask.store.labels import COORDS_GROUP, LABELS_KEY
 from sporadik_dask.store.storage import (
     StoreLike,
+    access_denied,
     bucket_of,
     location_of,
     missing_bucket,
@@ -118,6 +119,8 @@ async def _look_async(
         return Target(location, (), False)
     except TypeError as refused:
         raise option_typo(store, refused) or refused from refused
+    except PermissionError as refused:
+        raise access_denied(store, refused, "write") or refused from refused
     if not entries:
         if await missing_bucket(store, storage_options):
             raise StoreNotFoundError(

@@ -1,29 +1,24 @@
-"""The task functions of a write: small, pure, picklable, idempotent functions over arrays.
+"""The task functions of a write's shuffle: split a piece by partition, sort a partition into its
+runs, and write the zarr chunks it fills.
 
-A *piece* holds the nonzeros of a set of cells no other piece holds; a *part* is one piece's values
-bound for one partition of one layout; *runs* are one partition sorted and ready to write. Each is
-a named tuple, so a task reads ``part.pairs`` rather than an index into a tuple. Arrays are named
-by :class:`ArrayRef` (store, path, metadata digest) and opened inside the task, never carried open.
+A *part* is one piece's values bound for one partition of one layout; *runs* are one partition
+sorted and ready to write. Each is a named tuple, so a task reads ``part.pairs`` rather than an
+index into a tuple. Arrays are named by :class:`~sporadik_dask.write.array_refs.ArrayRef` and
+opened inside the task, never carried open. Pieces are made in :mod:`~sporadik_dask.write.pieces`,
+counted in :mod:`~sporadik_dask.write.counting`.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import itertools
-import json
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import zarr
-from zarr.storage import StorePath
 
-from sporadik_dask.format.errors import FetchError, LayoutError, SporadikError
-from sporadik_dask.format.spec import MAXIMA, check_indices, magnitudes, maxima_dtype
+from sporadik_dask.format.errors import LayoutError
+from sporadik_dask.format.spec import MAXIMA, magnitudes, maxima_dtype
 from sporadik_dask.kernels.compiled import LACKS_DTYPE
 from sporadik_dask.kernels.sort import (
     check_runs,
@@ -33,58 +28,27 @@ from sporadik_dask.kernels.sort import (
     split_by_bounds,
 )
 from sporadik_dask.planning.budgets import DENSE_POSITIONS
-from sporadik_dask.planning.plan import PositionCounts
 from sporadik_dask.store.chunks import write_chunks, write_constant
-from sporadik_dask.store.storage import root_document
+from sporadik_dask.write.array_refs import ArrayRef
+from sporadik_dask.write.pieces import Piece, ravel
 from sporadik_dask.write.spill import PartReader, SpilledPart, SpillTo, write_parts
 
-#: Dtype of the counts a table without a value column gets: one per row, summed per cell.
-COUNT_DTYPE = np.dtype(np.int32)
-#: Arrays one process keeps open: a write touches at most 4 per layout.
-OPEN_ARRAYS = 64
-
 __all__ = [
-    "ArrayRef",
-    "Counted",
     "Edges",
-    "Merged",
     "OwnRegion",
     "Part",
-    "Piece",
     "Runs",
-    "Tally",
-    "add_counts",
     "after",
-    "checked_columns",
-    "count_piece",
     "edge",
-    "frame_names",
-    "frame_piece",
-    "merge_pieces",
-    "piece_of_block",
-    "piece_of_layout",
     "runs_constant",
     "runs_slice",
     "sort_partition",
-    "split_by_cell",
     "split_piece",
-    "tally",
-    "unite_names",
-    "unite_names_of",
     "write_array",
     "write_partition",
     "write_region",
     "wrote",
 ]
-
-
-class Piece(NamedTuple):
-    """Nonzeros of cells no other piece holds."""
-
-    #: Global coordinates, shape ``(rank, n)``.
-    coords: npt.NDArray[np.int64]
-    #: The value at each coordinate.
-    data: npt.NDArray[Any]
 
 
 class Part(NamedTuple):
@@ -110,378 +74,6 @@ class Runs(NamedTuple):
     held: npt.NDArray[np.int64] | None = None
 
 
-class Counted(NamedTuple):
-    """Values per position along each counted axis, over one piece or a run of pieces."""
-
-    #: One count per counted axis: the positions holding values and how many each holds.
-    counts: tuple[PositionCounts, ...]
-    #: ``spans[i, k]`` is the first and last position piece ``i`` holds along counted axis ``k``
-    #: (``(length, -1)`` for an empty piece), shape ``(pieces, axes, 2)``.
-    spans: npt.NDArray[np.int64]
-
-
-class Tally(NamedTuple):
-    """What the count pass finds: values per position along each counted axis, and repeats."""
-
-    #: One count per counted axis, in the order the axes were given.
-    counts: tuple[PositionCounts, ...]
-    #: How many values named a cell another value already named (merged coordinate columns).
-    repeats: int
-    #: The positions each piece spans along each counted axis, as :attr:`Counted.spans`: a
-    #: partition gathers parts from the pieces whose span meets it, and no others.
-    spans: npt.NDArray[np.int64]
-
-
-class Merged(NamedTuple):
-    """A piece merged from pieces that may name a cell twice, and how many repeats it added."""
-
-    piece: Piece
-    repeats: int
-
-
-@dataclass(frozen=True, slots=True)
-class ArrayRef:
-    """A zarr array named by its store and path: what a task holds instead of an open array.
-
-    A task opens the array itself (once per process, see :meth:`open`), so a graph pickles no
-    open handle and a retried task opens the same array. ``location`` and ``metadata`` make two
-    references equal only when they name the same array with the same chunking, dtype and codecs,
-    which is also what a write's token needs from its target.
-    """
-
-    #: The zarr store object; not compared, as stores are not hashable: ``location`` names it.
-    store: Any = field(compare=False)
-    #: ``str(store)``: its URL, or a ``memory://`` address unique to one in-memory store.
-    location: str
-    #: Path of the array inside the store.
-    path: str
-    #: SHA-1 of the array's ``zarr.json`` as it was when the reference was made.
-    metadata: str
-    #: For an array a write puts in place: the path of its store's root group and the root
-    #: attributes (a JSON object) that say the store is still the one the write is for: the
-    #: write's token until it commits, or the block and write ``add_axis`` extends (see
-    #: :meth:`check_still_laid_out`).
-    owner: tuple[str, str] | None = None
-
-    @classmethod
-    def of(cls, array: zarr.Array[Any]) -> ArrayRef:
-        """A reference to an open array, as it stands now."""
-        return cls.at(array.store, array.path, array, None)
-
-    @classmethod
-    def at(
-        cls,
-        store: Any,
-        path: str,
-        array: zarr.Array[Any],
-        owner: tuple[str, Mapping[str, Any]] | None,
-    ) -> ArrayRef:
-        """A reference to the array at ``path`` in ``store`` that ``array``'s ``zarr.json``
-        (made elsewhere, e.g. in memory) describes there, written only while the root group
-        ``owner`` names holds its attributes (``(root, attributes)``)."""
-        named = None if owner is None else (owner[0], json.dumps(owner[1], sort_keys=True))
-        return cls(store, str(store), path, _digest(array), named)
-
-    def check_still_laid_out(self) -> None:
-        """Refuse to write when the root no longer names the write this array belongs to.
-
-        A write cancelled on a cluster (``client.cancel``, a failed ``wait``, a closed client)
-        leaves its running tasks running, and the same location may meanwhile be overwritten and
-        committed by another write of the same documents: a chunk written then would land in
-        that store, or stand where it writes no chunk (one of zeros), and read as its value.
-        One small read of the root's document per region written.
-        """
-        if self.owner is None:
-            return
-        from sporadik_dask.store.storage import run
-
-        root, owned = self.owner
-        attributes = (run(root_document(StorePath(self.store, root))) or {}).get("attributes")
-        if not isinstance(attributes, dict) or any(
-            attributes.get(key) != value for key, value in json.loads(owned).items()
-        ):
-            raise SporadikError(
-                f"{self.location}: the write this task belongs to no longer owns the store (its "
-                "root is gone, or names another write or a finished store); its chunks would "
-                "land in that store, or make a removed one again. Nothing was written by this "
-                "task; the write it belongs to was cancelled or replaced."
-            )
-
-    def open(self) -> zarr.Array[Any]:
-        """The array, opened in this process once and kept, refused if it changed since."""
-        return _open(self)
-
-    def __dask_tokenize__(self) -> tuple[str, str, str]:
-        return (self.location, self.path, self.metadata)
-
-
-def _digest(array: zarr.Array[Any]) -> str:
-    from sporadik_dask.store.zarr_adapter import metadata_document
-
-    return hashlib.sha1(metadata_document(array)).hexdigest()
-
-
-@functools.lru_cache(maxsize=OPEN_ARRAYS)
-def _open(ref: ArrayRef) -> zarr.Array[Any]:
-    array = zarr.open_array(store=ref.store, path=ref.path, mode="r+", zarr_format=3)
-    if _digest(array) != ref.metadata:
-        raise SporadikError(
-            f"The array {ref.path!r} in {ref.location} changed after this write was planned (its "
-            "zarr.json differs); writing into it would mix two layouts' chunks. Build the write "
-            "again, and give each pending write its own store."
-        )
-    return array
-
-
-def piece_of_block(block: Any, offsets: Sequence[int]) -> Piece:
-    """The nonzeros of one dask block (``sparse``, ``scipy.sparse`` or numpy), placed by offset.
-
-    A scipy block is read through its own index arrays, never densified: a CSR or CSC block's
-    ``indices`` become one coordinate row as they are, and its ``indptr`` is expanded into the
-    other.
-    """
-    import scipy.sparse
-    import sparse
-
-    if isinstance(block, sparse.SparseArray):
-        fill = np.asarray(block.fill_value).item()
-        if fill != 0:
-            raise LayoutError(
-                f"A sparse block has fill_value {fill!r}; the format stores values "
-                "that differ from zero, so every unstored cell would silently become 0. Convert "
-                "with x - fill_value, or densify, first."
-            )
-        coo = block if isinstance(block, sparse.COO) else block.asformat("coo")
-        coords, data = np.asarray(coo.coords, dtype=np.int64), np.asarray(coo.data)
-    elif scipy.sparse.issparse(block):
-        coords, data = _scipy_coords(block)
-    else:
-        dense = np.asarray(block)
-        found = np.nonzero(dense)
-        coords = np.array(found, dtype=np.int64).reshape(dense.ndim, -1)
-        data = dense[found]
-    if any(offsets):
-        coords = coords + np.asarray(offsets, dtype=np.int64)[:, None]
-    return Piece(coords, data)
-
-
-def _scipy_coords(matrix: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """Coordinates and values of a scipy sparse matrix or array, each cell once.
-
-    1. A format other than CSR, CSC or COO is converted to CSR (scipy's compiled conversion).
-    2. A matrix with repeated cells or unsorted indices is summed and sorted on a copy, as scipy
-       itself would on any arithmetic: the caller's chunk is never changed.
-    3. CSR gives rows from ``indptr`` and columns from ``indices``; CSC the other way round; COO
-       its own ``row`` and ``col``. Stored zeros stay, as they do for an in-memory scipy input.
-    """
-    if matrix.format not in ("csr", "csc", "coo"):
-        matrix = matrix.tocsr()
-    if not matrix.has_canonical_format:
-        matrix = matrix.copy()
-        matrix.sum_duplicates()
-    coords = np.empty((2, matrix.nnz), dtype=np.int64)
-    if matrix.format == "coo":
-        coords[0], coords[1] = matrix.row, matrix.col
-    else:
-        compressed, other = (0, 1) if matrix.format == "csr" else (1, 0)
-        runs = np.diff(matrix.indptr)
-        coords[compressed] = np.repeat(np.arange(runs.shape[0], dtype=np.int64), runs)
-        coords[other] = matrix.indices
-    return coords, np.asarray(matrix.data)
-
-
-def checked_columns(
-    shape: Sequence[int], data: npt.NDArray[Any], *columns: npt.NDArray[Any]
-) -> Piece:
-    """A piece from one chunk of parallel coordinate columns, refusing a cell outside ``shape``."""
-    coords = np.stack([np.asarray(c, dtype=np.int64) for c in columns])
-    for axis, size in enumerate(shape):
-        column = coords[axis]
-        if column.size and (int(column.min()) < 0 or int(column.max()) >= size):
-            bad = int(column.min()) if int(column.min()) < 0 else int(column.max())
-            raise LayoutError(
-                f"A coordinate along axis {axis} is {bad}, outside an axis of length {size}; it "
-                "would be counted at a position that does not exist and shift every run after "
-                "it. Fix the coordinates, or pass the shape they were made for."
-            )
-    return Piece(coords, np.asarray(data))
-
-
-def piece_of_layout(
-    indices: ArrayRef,
-    data: ArrayRef,
-    indptr: npt.NDArray[np.int64],
-    start: int,
-    indexed_axis: int,
-    index_order: Sequence[int],
-    shape: Sequence[int],
-) -> Piece:
-    """The values of positions ``start:start + len(indptr) - 1`` of a stored layout, as a piece.
-
-    Every index is checked against the raveled extent as it is read, so a corrupt layout is
-    refused rather than copied into a new one.
-    """
-    lo, hi = int(indptr[0]), int(indptr[-1])
-    raveled = _elements(indices, lo, hi).astype(np.int64, copy=False)
-    index_shape = tuple(int(shape[axis]) for axis in index_order)
-    check_indices(raveled, math.prod(index_shape), f"indices {lo}:{hi} of {indices.path}")
-    coords = np.empty((len(shape), hi - lo), dtype=np.int64)
-    coords[indexed_axis] = np.repeat(np.arange(start, start + len(indptr) - 1), np.diff(indptr))
-    for axis, column in zip(index_order, np.unravel_index(raveled, index_shape), strict=True):
-        coords[axis] = column
-    return Piece(coords, _elements(data, lo, hi))
-
-
-def _elements(array: ArrayRef, lo: int, hi: int) -> npt.NDArray[Any]:
-    """Elements ``lo:hi`` of a stored array; one that cannot be fetched raises
-    :class:`~sporadik_dask.format.errors.FetchError`, as a read does, on threads and workers
-    alike."""
-    try:
-        return np.asarray(array.open()[lo:hi])
-    except OSError as failed:
-        if isinstance(failed, SporadikError):
-            raise
-        raise FetchError(
-            f"Could not fetch elements {lo}:{hi} of {array.location}/{array.path} "
-            f"({type(failed).__name__}: {failed}); nothing is built from values that could not "
-            "be read. Retry, or raise the store's retry settings (storage_options)."
-        ) from failed
-
-
-def frame_names(frame: Any, columns: Sequence[str]) -> dict[str, Any]:
-    """Each of ``columns``' distinct names in one partition of a DataFrame, as Arrow strings.
-
-    Read as Arrow, a column of pandas' Arrow strings or a categorical's codes makes no Python
-    string per row; missing names are left out (they name no position).
-    """
-    return {name: unite_names_of([_arrow_names(frame[name])]) for name in columns}
-
-
-def unite_names(*found: Mapping[str, Any]) -> dict[str, Any]:
-    """The sorted distinct names of several :func:`frame_names` results, column by column."""
-    return {name: unite_names_of([names[name] for names in found]) for name in found[0]}
-
-
-def unite_names_of(arrays: Sequence[Any]) -> Any:
-    """The sorted distinct names of several Arrow arrays of names, as one Arrow array, sorted by
-    UTF-8 bytes, which is numpy's order of ``str`` by code point."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    unique = pa.chunked_array([a.cast(pa.string()) for a in arrays], pa.string()).unique()
-    unique = unique.drop_null()
-    return unique.take(pc.array_sort_indices(unique))
-
-
-def _arrow_names(column: Any) -> Any:
-    """A column of names as Arrow strings: a categorical's used categories, else every row."""
-    import pandas as pd
-    import pyarrow as pa
-
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        column = column.cat.remove_unused_categories().cat.categories.to_series()
-    names = pa.array(column, from_pandas=True)
-    return names.cast(pa.string())
-
-
-def _label_positions(column: Any, labels: Any) -> npt.NDArray[np.int64]:
-    """Each row's position among an axis's sorted ``labels`` (Arrow strings), -1 where its name
-    is missing or not among them; hashed by Arrow, once per categorical's category."""
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def look_up(names: Any) -> npt.NDArray[np.int64]:
-        found = pc.index_in(pa.array(names, from_pandas=True).cast(pa.string()), labels)
-        return np.asarray(found.fill_null(-1).to_numpy(), dtype=np.int64)
-
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        categories = look_up(column.cat.categories.to_series())
-        found: npt.NDArray[np.int64] = np.append(categories, -1)[column.cat.codes.to_numpy()]
-        return found
-    return look_up(column)
-
-
-def frame_piece(
-    frame: Any,
-    shape: Sequence[int],
-    columns: Sequence[str],
-    values: str | None,
-    labels: Mapping[str, Any],
-) -> Piece:
-    """A piece from one partition of a DataFrame of coordinate columns and a value column.
-
-    A labelled column holds names, turned here into positions among its sorted ``labels``;
-    without a value column each row counts one.
-    """
-    coords = []
-    for name in columns:
-        column = frame[name]
-        if name in labels:
-            codes = _label_positions(column, labels[name])
-            if codes.size and codes.min() < 0:
-                raise LayoutError(
-                    f"Column {name!r} holds a missing or unknown label; it names no position. "
-                    f"Drop those rows first (frame.dropna(subset=[{name!r}]))."
-                )
-            coords.append(codes)
-        else:
-            coords.append(column.to_numpy())
-    data = np.ones(len(frame), dtype=COUNT_DTYPE) if values is None else frame[values].to_numpy()
-    return checked_columns(shape, data, *coords)
-
-
-def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> Counted:
-    """Values per position along each ``(axis, length)``, and the positions the piece spans."""
-    spans = np.empty((1, len(extents), 2), dtype=np.int64)
-    for k, (axis, length) in enumerate(extents):
-        column = piece.coords[axis]
-        spans[0, k] = (column.min(), column.max()) if column.size else (length, -1)
-    counts = tuple(_counted(piece.coords[axis], length) for axis, length in extents)
-    return Counted(counts, spans)
-
-
-def _counted(positions: npt.NDArray[np.int64], length: int) -> PositionCounts:
-    """Values at each position holding any: a bincount when the axis is no longer than the
-    values, else a sort of the positions, so the cost follows whichever is smaller."""
-    if length <= positions.shape[0]:
-        return PositionCounts.of_dense(np.bincount(positions, minlength=length))
-    ordered = np.sort(positions).astype(np.int64, copy=False)
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))[: ordered.size]
-    counts = np.diff(np.append(starts, ordered.shape[0]))
-    return PositionCounts(ordered[starts], counts.astype(np.int64), length)
-
-
-def add_counts(*counted: Counted) -> Counted:
-    """Counts added together, axis by axis; spans joined in piece order."""
-    columns = zip(*(c.counts for c in counted), strict=True)
-    counts = tuple(_added(column) for column in columns)
-    return Counted(counts, np.concatenate([c.spans for c in counted]))
-
-
-def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
-    """The sum of counts along one axis: into a dense count when the axis is no longer than the
-    entries, else by merging the held positions."""
-    length = counts[0].length
-    positions = np.concatenate([c.positions for c in counts])
-    values = np.concatenate([c.counts for c in counts])
-    if length <= positions.shape[0]:
-        dense = np.zeros(length, dtype=np.int64)
-        for c in counts:
-            dense[c.positions] += c.counts  # each count names a position once
-        return PositionCounts.of_dense(dense)
-    order = np.argsort(positions, kind="stable")
-    positions, values = positions[order], values[order]
-    starts = np.flatnonzero(np.concatenate(([True], positions[1:] != positions[:-1])))
-    starts = starts[: positions.size]
-    return PositionCounts(positions[starts], np.add.reduceat(values, starts), length)
-
-
-def tally(counted: Counted, repeats: int) -> Tally:
-    """The count pass's result."""
-    return Tally(counted.counts, repeats, counted.spans)
-
-
 def split_piece(
     piece: Piece,
     axis: int,
@@ -503,9 +95,7 @@ def split_piece(
     width = np.result_type(index_dtype, width)
     positions = coords[axis]
     indices = (
-        coords[index_order[0]]
-        if len(index_order) == 1
-        else _ravel(coords, index_order, index_shape)
+        coords[index_order[0]] if len(index_order) == 1 else ravel(coords, index_order, index_shape)
     )
     split = split_by_bounds(positions, indices, data, bounds, width)
     if split is None:  # a dtype numba lacks: the same order from numpy
@@ -521,17 +111,6 @@ def split_piece(
     if directory is not None:
         return write_parts(directory, pairs, data, edges)
     return [Part(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
-
-
-def _ravel(
-    coords: npt.NDArray[np.int64], order: Sequence[int], shape: Sequence[int]
-) -> npt.NDArray[np.int64]:
-    """Raveled index over the axes ``order`` of ``coords``, C order over ``shape``."""
-    raveled = np.zeros(coords.shape[1], dtype=np.int64)
-    for axis, size in zip(order, shape, strict=True):
-        raveled *= size
-        raveled += coords[axis]
-    return raveled
 
 
 def sort_partition(
@@ -784,36 +363,3 @@ def write_array(ref: ArrayRef, start: int, values: npt.NDArray[Any]) -> None:
     """Write ``values`` (known on the client, like ``indptr``) at ``start``."""
     ref.check_still_laid_out()
     write_chunks(ref.open(), start, values)
-
-
-def merge_pieces(shape: Sequence[int], *pieces: Piece) -> Merged:
-    """Sort pieces that may name a cell twice into one C-order piece, repeats added together.
-
-    Returns the piece and how many repeats were added, so a caller that refuses repeats can do so
-    before anything is written.
-    """
-    coords = np.concatenate([piece.coords for piece in pieces], axis=1)
-    data = np.concatenate([piece.data for piece in pieces])
-    keys = _ravel(coords, range(len(shape)), shape)
-    order = np.argsort(keys, kind="stable")
-    keys, data = keys[order], data[order]
-    fresh = np.ones(keys.shape[0], dtype=bool)
-    fresh[1:] = keys[1:] != keys[:-1]
-    starts = np.flatnonzero(fresh)
-    repeats = int(keys.shape[0] - starts.shape[0])
-    if repeats:
-        data, keys = np.add.reduceat(data, starts), keys[starts]
-    coords = np.array(np.unravel_index(keys, tuple(shape)), dtype=np.int64)
-    return Merged(Piece(coords, data), repeats)
-
-
-def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[Piece]:
-    """Split a piece by a hash of each cell, so every copy of a cell meets in one partition."""
-    coords, data = piece
-    keys = _ravel(coords, range(len(shape)), shape)
-    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    which = (mixed % np.uint64(partitions)).astype(np.int64)
-    order = np.argsort(which, kind="stable")
-    edges = np.searchsorted(which[order], np.arange(partitions + 1)).tolist()
-    coords, data = coords[:, order], data[order]
-    return [Piece(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]

@@ -21,6 +21,7 @@ from sporadik_dask.store.codecs import Codecs, check_codecs, compressors_for
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.store.storage import StoreLike, location_of, open_group
+from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.graph import count_graph, write_graph
 from sporadik_dask.write.skeleton import (
     LayoutSkeleton,
@@ -33,7 +34,6 @@ from sporadik_dask.write.skeleton import (
 from sporadik_dask.write.sources import Source, source_of, source_of_layout
 from sporadik_dask.write.store_write import LAY_OUT, StoreWrite
 from sporadik_dask.write.targets import WRITING_KEY, check_target
-from sporadik_dask.write.tasks import ArrayRef
 
 __all__ = [
     "add_axis",

@@ -473,7 +473,7 @@ def test_a_chunk_of_zero_is_refused_and_every_argument_says_what_it_does(
 ) -> None:
     import argparse
 
-    from sporadik_dask.cli.main import _parser
+    from sporadik_dask.cli.arguments import parser
 
     with pytest.raises(SystemExit) as refused:
         main(["convert", "in.h5ad", "out.zarr", "--chunk", "0"])
@@ -482,8 +482,8 @@ def test_a_chunk_of_zero_is_refused_and_every_argument_says_what_it_does(
     with pytest.raises(SystemExit) as shown:
         main(["--version"])
     assert shown.value.code == 0 and capsys.readouterr().out.startswith("sporadik-dask 0.")
-    parser = _parser()
-    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    made = parser()
+    (commands,) = [a for a in made._actions if isinstance(a, argparse._SubParsersAction)]
     for name, command in commands.choices.items():
         for action in command._actions:
             assert action.help, f"{name} {action.dest} has no help text"
@@ -618,7 +618,8 @@ def test_an_interrupt_after_a_commit_reports_what_was_committed(
 
     import sparse
 
-    from sporadik_dask.cli.main import _reported, _run
+    from sporadik_dask.cli.commands import reported
+    from sporadik_dask.cli.main import _run
 
     dense = random_dense(np.random.default_rng(4), (30, 20), 0.3)
     path = tmp_path / "s.zarr"
@@ -632,7 +633,7 @@ def test_an_interrupt_after_a_commit_reports_what_was_committed(
         raise KeyboardInterrupt
 
     def add_layout(args: argparse.Namespace) -> None:
-        _reported(args, sd.add_axis(path, 1, compute=False), commit_then_interrupted, "axis1")
+        reported(args, sd.add_axis(path, 1, compute=False), commit_then_interrupted, "axis1")
 
     assert _run(argparse.Namespace(run=add_layout)) == 130
     assert "interrupted; axis1 committed, complete" in capsys.readouterr().err
@@ -640,7 +641,7 @@ def test_an_interrupt_after_a_commit_reports_what_was_committed(
 
     def write_new(args: argparse.Namespace) -> None:
         new = xr.DataArray(sparse.COO.from_numpy(dense), dims=("a", "b"))
-        _reported(args, sd.to_sporadik(new, tmp_path / "t.zarr", compute=False), interrupted, "t")
+        reported(args, sd.to_sporadik(new, tmp_path / "t.zarr", compute=False), interrupted, "t")
 
     assert _run(argparse.Namespace(run=write_new)) == 130
     assert "interrupted; nothing was committed" in capsys.readouterr().err

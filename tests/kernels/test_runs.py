@@ -1,12 +1,16 @@
-"""Runs gathered from a fetched table: numpy's gather, without its per-value index arrays."""
+"""A layout's runs straight to a rank-2 result (gathered, rows, columns), compared with numpy."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import scipy.sparse as sp
+import sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sporadik_dask.kernels.runs import gather_runs
+from sporadik_dask.kernels.runs import columns_of_runs, gather_runs, rows_of_runs
 
 
 @settings(max_examples=100, deadline=None)
@@ -30,3 +34,106 @@ def test_gathered_runs_are_numpys_stretches_concatenated(
     got = np.zeros(int(lengths.sum()), dtype=table.dtype)
     gather_runs(table, starts[order], lengths[order], got, at[order])
     np.testing.assert_array_equal(got, expected)
+
+
+def _selected(rng: np.random.Generator, size: int, order: str) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of an axis of ``size`` picked once each in ``order``, and the slot table of
+    each position (-1: not picked)."""
+    picked = np.flatnonzero(rng.random(size) < 0.7)
+    if order == "descending":
+        picked = picked[::-1]
+    elif order == "shuffled":
+        picked = rng.permutation(picked)
+    slots = np.full(size, -1, dtype=np.int64)
+    slots[picked] = np.arange(picked.size)
+    return picked, slots
+
+
+def _coo_of(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A dense matrix's nonzeros in C order, as ``sparse.COO`` keeps them."""
+    found = sparse.COO.from_numpy(dense)
+    return found.coords, found.data
+
+
+def _runs_asked(
+    rng: np.random.Generator, lengths: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs asked for in a caller's order, some twice: the positions, starts and lengths."""
+    asked = rng.integers(0, size, rng.integers(0, 2 * size + 1))
+    return asked, (np.cumsum(lengths) - lengths)[asked], lengths[asked]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rows=st.integers(1, 30),
+    cols=st.integers(1, 30),
+    order=st.sampled_from(["ascending", "descending"]),
+    stored=st.sampled_from(["int32", "int64"]),
+    every=st.booleans(),
+)
+def test_rows_of_runs_is_what_indexing_the_dense_matrix_gives(
+    seed: int, rows: int, cols: int, order: str, stored: str, every: bool
+) -> None:
+    """Rows asked in any order, or every value in order (then permuted in place)."""
+    rng = np.random.default_rng(seed)
+    csr = sp.random(rows, cols, density=0.4, format="csr", random_state=rng)
+    csr.data[:] = rng.integers(1, 100, csr.nnz)
+    dense = csr.toarray()
+    if every:
+        asked = np.arange(rows)
+        starts, lengths = csr.indptr[:-1].astype(np.int64), np.diff(csr.indptr)
+        picked = np.arange(cols)[:: 1 if order == "ascending" else -1]
+        slots = np.empty(cols, dtype=np.int64)
+        slots[picked] = np.arange(cols)
+    else:
+        asked, starts, lengths = _runs_asked(rng, np.diff(csr.indptr), rows)
+        picked, slots = _selected(rng, cols, order)
+    got = rows_of_runs(
+        starts, lengths, csr.indices.astype(stored), csr.data, slots, reverse=order != "ascending"
+    )
+    assert got is not None
+    coords, data = _coo_of(dense[np.ix_(asked, picked)])
+    np.testing.assert_array_equal(got[0], coords)
+    np.testing.assert_array_equal(got[1], data)
+    if every and csr.nnz:
+        assert np.shares_memory(got[1], csr.data)
+
+
+def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> None:
+    one = np.array([0]), np.array([2])
+    slots = np.arange(3)
+    assert rows_of_runs(*one, np.array([2, 1]), np.ones(2), slots, reverse=False) is None
+    half = np.ones(2, dtype=np.float16)
+    assert rows_of_runs(*one, np.array([1, 2]), half, slots, reverse=False) is None
+    values = np.array([1.0, 2.0])
+    assert rows_of_runs(*one, np.array([2, 1]), values, slots, reverse=True) is None
+    np.testing.assert_array_equal(values, [1.0, 2.0])  # declined before touching them
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rows=st.integers(1, 30),
+    cols=st.integers(1, 30),
+    order=st.sampled_from(["ascending", "descending", "shuffled"]),
+    unsorted=st.booleans(),
+)
+def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
+    seed: int, rows: int, cols: int, order: str, unsorted: bool
+) -> None:
+    """Whatever the rows' order, and whatever the order within a run (a writer need not sort)."""
+    rng = np.random.default_rng(seed)
+    csc = sp.random(rows, cols, density=0.4, format="csc", random_state=rng)
+    csc.data[:] = rng.integers(1, 100, csc.nnz)
+    indices, data = csc.indices.copy(), csc.data.copy()
+    if unsorted:
+        for lo, hi in itertools.pairwise(csc.indptr):
+            indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
+    asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
+    picked, slots = _selected(rng, rows, order)
+    got = columns_of_runs(starts, lengths, indices, data, slots, picked.size)
+    assert got is not None
+    coords, expected = _coo_of(csc.toarray()[np.ix_(picked, asked)])
+    np.testing.assert_array_equal(got[0], coords)
+    np.testing.assert_array_equal(got[1], expected)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import resource
 import tracemalloc
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,81 @@ def test_a_store_without_coordinates_opens_without_an_index_of_the_axis(store: P
     assert dict(dataset.sizes) == {"dim_0": SAMPLES, "dim_1": LENGTH}
     assert not dataset.coords and not dataset.xindexes
     assert peak < PEAK_BYTES
+
+
+def run_reads(store: Any) -> list[str]:
+    """The chunks of runs (``indices`` and ``data``) a recording store was asked for."""
+    return [key for key in store.reads if "/data/c/" in key or "/indices/c/" in key]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The row layout, each sample's run in a zarr chunk of its own, behind a store recording
+    every key read: a chunk read twice is a run read twice."""
+    from zarr.storage import LocalStore
+
+    from tests.helpers import RecordingStore
+
+    path = tmp_path_factory.mktemp("long") / "runs.zarr"
+    x = sparse.COO(np.stack([ROWS, POSITIONS]), VALUES, shape=(SAMPLES, LENGTH))
+    sd.to_sporadik(x, path, axes=(0,), chunk=int(np.count_nonzero(ROWS == 0)))
+    return RecordingStore(LocalStore(path, read_only=True))
+
+
+def chunked(store: Any, how: str, chunks: dict[str, int]) -> Any:
+    """The store's array in blocks of ``chunks`` (by dim, the rest whole): ``from_sporadik`` or
+    a variable opened with ``chunks=``."""
+    sizes = {"sample": SAMPLES, "pos": LENGTH}
+    if how == "from_sporadik":
+        return sd.from_sporadik(store, chunks=tuple(chunks.get(d, n) for d, n in sizes.items()))
+    from tests.helpers import open_dataset
+
+    names = dict(zip(sizes, ("dim_0", "dim_1"), strict=True))
+    with warnings.catch_warnings():  # blocks that cut the store's zarr chunks: as asked
+        warnings.simplefilter("ignore", UserWarning)
+        dataset = open_dataset(store, chunks={names[d]: n for d, n in chunks.items()})
+    (variable,) = dataset.data_vars.values()
+    return variable.rename(dict(zip(variable.dims, sizes, strict=True)))
+
+
+#: Positions asked for as a list: past 2**31 and 2**32, holding values or not, unsorted.
+LISTED = np.array([2**32 + 1, 5, LENGTH - 2, 7, 2**31 + 7])
+
+
+@pytest.mark.parametrize("how", ["from_sporadik", "chunks="])
+def test_a_list_of_a_genome_length_axis_in_blocks_of_samples_reads_each_run_once(
+    recorded: Any, how: str
+) -> None:
+    """Blocks of the list, each whole along the samples, would each read every sample's run
+    through the row layout."""
+    recording = recorded
+    array = chunked(recording, how, {"sample": 1})
+    recording.reads.clear()
+    with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", sd.ScanWarning)
+        got = cells(select(array, (slice(None), LISTED)))
+    assert got == expected((slice(None), LISTED))
+    reads = run_reads(recording)
+    assert reads and len(reads) == len(set(reads))
+
+
+@pytest.mark.parametrize("how", ["from_sporadik", "chunks="])
+@pytest.mark.parametrize(
+    "key", [(slice(None), slice(None)), (slice(None), slice(3, LENGTH - 1))], ids=["all", "slice"]
+)
+def test_blocks_along_a_genome_length_axis_read_each_run_once(
+    recorded: Any, how: str, key: tuple[slice, slice]
+) -> None:
+    """Blocks of 2**31 positions, each whole along the samples, would each read every sample's
+    run through the row layout, and keep its part of it."""
+    recording = recorded
+    array = chunked(recording, how, {"pos": 2**31})
+    recording.reads.clear()
+    with dask.config.set(scheduler="synchronous"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", sd.ScanWarning)
+        picked = select(array, key)
+        assert len((picked.data if isinstance(picked, xr.DataArray) else picked).chunks[1]) > 1
+        got = cells(picked)
+    assert got == expected(key)
+    reads = run_reads(recording)
+    assert reads and len(reads) == len(set(reads))

@@ -207,3 +207,39 @@ def test_an_option_typo_and_a_missing_bucket_are_named_not_called_corrupt(s3: S3
         sd.describe(missing, storage_options=options)
     with pytest.raises(sd.StoreNotFoundError, match=r"does not exist.*does not make buckets"):
         sd.to_sporadik(np.eye(4), missing, storage_options=options)
+
+
+def test_access_denied_names_the_url_and_bucket_and_is_not_called_missing_or_corrupt(
+    loopback: tuple[LoopbackS3, S3Proxy], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S3's ``AccessDenied`` (403), as a bucket policy or the wrong profile gives it: on opening,
+    describing, writing, on the command line, and on a chunk the policy alone withholds."""
+    import json
+
+    from sporadik_dask.cli.main import main
+
+    server, proxy = loopback
+    dense = random_dense(np.random.default_rng(12), (40, 30), 0.3)
+    url, options = proxied_store(server, proxy, "fsspec")
+    sd.to_sporadik(dense, url, chunk=64, **options)
+    fewer = server.storage_options(proxy.endpoint, retries={"max_attempts": 1})
+    named = rf"Access denied.*read {url} \(bucket '{server.bucket}'"
+    with proxy.failing(Faults(paths=r".", status=403)):
+        with pytest.raises(sd.StoreAccessError, match=named) as refused:
+            xr.open_dataset(url, engine="sporadik", storage_options=fewer)
+        assert isinstance(refused.value, PermissionError)
+        assert not isinstance(refused.value, FileNotFoundError)
+        with pytest.raises(sd.StoreAccessError, match=named):
+            sd.describe(url, storage_options=fewer)
+        elsewhere = url.replace("counts", "other")
+        with pytest.raises(sd.StoreAccessError, match=rf"write {elsewhere} \(bucket"):
+            sd.to_sporadik(dense, elsewhere, storage_options=fewer)
+        assert main(["info", url, "--storage-options", json.dumps(fewer)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"read {url} (bucket '{server.bucket}'" in err, err
+    for word in ("corrupt", "does not exist", "retry,"):
+        assert word not in err
+    lazy = sd.from_sporadik(url, axis=1, storage_options=fewer)
+    withheld = Faults(paths=r"axis1/data/c/0$", methods=("GET",), status=403)
+    with proxy.failing(withheld), pytest.raises(sd.FetchError, match=r"c/0: access denied"):
+        lazy.compute()

@@ -1,5 +1,5 @@
-"""The graph builders, read without computing: keys, dependencies and names are what a shuffle, a
-write and a reduction need, and two different writes or reductions share no key."""
+"""The count pass's and the write's graphs, read without computing: keys, dependencies and names
+are what a write needs, and two different writes share no key."""
 
 from __future__ import annotations
 
@@ -20,37 +20,9 @@ import zarr
 import sporadik_dask as sd
 from sporadik_dask.planning.plan import plan_layout
 from sporadik_dask.synthetic import counts_matrix
-from sporadik_dask.write import graph, tasks
+from sporadik_dask.write import array_refs, counting, graph, piece_graphs, shuffle, tasks
 from sporadik_dask.write.writer import create_layout
 from tests.helpers import random_dense
-
-
-def _shuffled(inputs: int, partitions: int) -> tuple[list[Any], dict[Any, Any]]:
-    return graph._shuffle(
-        "s",
-        [("in", b) for b in range(inputs)],
-        split=(tasks.split_by_cell, (4, 4), partitions),
-        combine=[(tasks.merge_pieces, (4, 4))] * partitions,
-    )
-
-
-@pytest.mark.parametrize(("inputs", "partitions"), [(1, 1), (3, 5), (6, 2)])
-def test_the_shuffle_splits_each_input_once_and_each_partition_gathers_one_part_of_each(
-    inputs: int, partitions: int
-) -> None:
-    outputs, layer = _shuffled(inputs, partitions)
-    assert outputs == [("s", p) for p in range(partitions)]
-    splits = [key for key in layer if key[0] == "s-split"]
-    assert splits == [("s-split", b) for b in range(inputs)]
-    for b in range(inputs):
-        assert layer[("s-split", b)] == (tasks.split_by_cell, ("in", b), (4, 4), partitions)
-    for p in range(partitions):
-        func, shape, *parts = layer[("s", p)]
-        assert (func, shape) == (tasks.merge_pieces, (4, 4))
-        assert parts == [("s-part", b, p) for b in range(inputs)]
-        for b in range(inputs):
-            assert layer[("s-part", b, p)][1:] == (("s-split", b), p)
-    assert len(layer) == inputs + inputs * partitions + partitions
 
 
 def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None:
@@ -60,14 +32,14 @@ def test_the_count_pass_adds_counts_in_a_tree_no_wider_than_its_fan_in() -> None
     assert all(len(task) - 1 <= graph.COUNT_FAN_IN for task in adds)
     # 70 counts -> 9 -> 2 -> 1.
     assert sorted({key[1] for key in layer if key != "c"}) == [0, 1, 2, 3]
-    assert layer["c"][0] is tasks.tally
+    assert layer["c"][0] is counting.tally
 
 
 def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> None:
     dense = random_dense(np.random.default_rng(1), (30, 20), 0.3)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(7, 6), asarray=False)
-    tally = graph.count_graph(graph.pieces_of_blocks(x), x.shape, (0, 1)).compute()
-    assert isinstance(tally, tasks.Tally)
+    tally = graph.count_graph(piece_graphs.pieces_of_blocks(x), x.shape, (0, 1)).compute()
+    assert isinstance(tally, counting.Tally)
     for k, axis in enumerate((1, 0)):
         held = np.flatnonzero(np.count_nonzero(dense, axis=axis))
         np.testing.assert_array_equal(tally.counts[k].positions, held)
@@ -75,23 +47,11 @@ def test_counting_gives_each_axis_its_values_per_position_and_the_repeats() -> N
     assert tally.repeats == 0
 
 
-def test_block_pieces_carry_each_block_offset_in_c_order() -> None:
-    layer = graph._block_pieces("p", "x", ((2, 3), (4, 1, 5)))
-    assert [task[1:] for task in layer.values()] == [
-        (("x", 0, 0), (0, 0)),
-        (("x", 0, 1), (0, 4)),
-        (("x", 0, 2), (0, 5)),
-        (("x", 1, 0), (2, 0)),
-        (("x", 1, 1), (2, 4)),
-        (("x", 1, 2), (2, 5)),
-    ]
-
-
-def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, tasks.ArrayRef]]:
+def _targets(path: Path, plans: dict[int, Any]) -> dict[int, dict[str, array_refs.ArrayRef]]:
     layouts = zarr.open_group(path, mode="w", zarr_format=3).create_group("layouts")
     return {
         axis: {
-            name: tasks.ArrayRef.of(a)
+            name: array_refs.ArrayRef.of(a)
             for name, a in create_layout(layouts, plan, False, "zstd").items()
         }
         for axis, plan in plans.items()
@@ -114,14 +74,14 @@ def _plans(dense: npt.NDArray[Any], chunk: int) -> dict[int, Any]:
 
 
 @pytest.fixture
-def pieces() -> tuple[npt.NDArray[Any], graph.Pieces]:
+def pieces() -> tuple[npt.NDArray[Any], piece_graphs.Pieces]:
     dense = random_dense(np.random.default_rng(2), (40, 30), 0.3)
     x = da.from_array(sparse.COO.from_numpy(dense), chunks=(10, 15), asarray=False)
-    return dense, graph.pieces_of_blocks(x)
+    return dense, piece_graphs.pieces_of_blocks(x)
 
 
 def _write_layer(
-    path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> tuple[Any, list[Any]]:
     """The write layer of ``pieces`` into a new store at ``path`` (chunks of 16), and its
     writes' keys."""
@@ -132,7 +92,7 @@ def _write_layer(
 
 
 def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
-    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> None:
     dense, found = pieces
     plans = _plans(dense, 16)
@@ -144,7 +104,7 @@ def test_writes_to_two_stores_share_no_key_and_the_same_write_twice_shares_all(
 
 
 def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
-    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> None:
     dense, found = pieces
     small, large = _plans(dense, 16), _plans(dense, 64)
@@ -154,7 +114,7 @@ def test_writes_of_other_chunking_to_arrays_at_the_same_paths_share_no_key(
 
 
 def test_a_write_graph_holds_no_open_array_and_pickles_small(
-    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> None:
     layer, _ = _write_layer(tmp_path / "a.zarr", pieces)
 
@@ -167,7 +127,7 @@ def test_a_write_graph_holds_no_open_array_and_pickles_small(
 
     found_args = [a for task in layer.values() for a in arguments(task)]
     assert not any(isinstance(a, zarr.Array) for a in found_args)
-    assert any(isinstance(a, tasks.ArrayRef) for a in found_args)
+    assert any(isinstance(a, array_refs.ArrayRef) for a in found_args)
     assert len(pickle.dumps(dict(layer))) < 200_000
 
 
@@ -185,7 +145,7 @@ def _regions_written(layer: Any) -> dict[str, list[tuple[int, int]]]:
 
 
 def test_every_chunk_is_written_once_by_a_sort_or_by_a_task_joining_edges(
-    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> None:
     dense, _ = pieces
     layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
@@ -270,10 +230,10 @@ def test_a_layout_of_row_blocks_sorts_each_row_partition_from_the_blocks_it_meet
 
 
 def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
-    tmp_path: Path, pieces: tuple[npt.NDArray[Any], graph.Pieces]
+    tmp_path: Path, pieces: tuple[npt.NDArray[Any], piece_graphs.Pieces]
 ) -> None:
     layer, writes = _write_layer(tmp_path / "a.zarr", pieces)
-    assert isinstance(layer, graph.Deferred) and not layer.is_materialized()
+    assert isinstance(layer, shuffle.Deferred) and not layer.is_materialized()
     before = len(pickle.dumps(layer))
     made = dict(layer)
     assert layer.is_materialized() and set(writes) <= set(made)
@@ -282,20 +242,3 @@ def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
     assert not again.is_materialized()
     assert again.keys() == made.keys()
     assert pickle.dumps(dict(again)) == pickle.dumps(made)
-
-
-def test_layout_pieces_are_named_by_the_arrays_they_read(tmp_path: Path) -> None:
-    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
-    indices = group.create_array("indices", shape=(4,), dtype="int32", chunks=(2,))
-    data = group.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
-    other = zarr.open_group(tmp_path / "t.zarr", mode="w", zarr_format=3)
-    moved = other.create_array("data", shape=(4,), dtype="float32", chunks=(2,))
-    indptr = np.array([0, 1, 3, 4])
-    bounds = np.array([0, 2, 3])
-    plan = plan_layout((3, 5), 0, (1,), np.diff(indptr), "float32", partition_values=2)
-    refs = tasks.ArrayRef.of(indices), tasks.ArrayRef.of(data)
-    here = graph.pieces_of_layout(*refs, indptr, bounds, plan)
-    there = graph.pieces_of_layout(refs[0], tasks.ArrayRef.of(moved), indptr, bounds, plan)
-    assert len(here.keys) == 2 and here.keys[0] != there.keys[0]
-    task = here.graph.layers[here.keys[0][0]][here.keys[0]]
-    np.testing.assert_array_equal(task[3], [0, 1, 3])

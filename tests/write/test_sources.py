@@ -19,7 +19,7 @@ import zarr
 
 import sporadik_dask as sd
 from sporadik_dask.read.dask_model import EXPRESSIONS
-from sporadik_dask.write import tasks
+from sporadik_dask.write import frame_pieces, pieces
 from sporadik_dask.write.sources import PIECE_VALUES, Source, source_of, source_of_layout
 from tests.helpers import labelled, random_dense
 
@@ -29,7 +29,7 @@ def assembled(source: Source) -> npt.NDArray[Any]:
     dense = np.zeros(source.shape, dtype=source.dtype)
     seen = np.zeros(source.shape, dtype=int)
     for piece in dask.get(dict(source.pieces.graph), list(source.pieces.keys)):
-        assert isinstance(piece, tasks.Piece)
+        assert isinstance(piece, pieces.Piece)
         np.add.at(seen, tuple(piece.coords), 1)
         dense[tuple(piece.coords)] = piece.data
     assert seen.max(initial=0) <= 1
@@ -88,7 +88,7 @@ def test_a_dataframe_of_names_becomes_labelled_axes_and_counts() -> None:
 
     table = pd.DataFrame({"cell": ["b", "a", "b", "b"], "gene": ["x", "y", "x", "z"]})
     source = source_of(dd.from_pandas(table, npartitions=2), columns=("cell", "gene"))
-    assert source.shape == (2, 3) and source.dtype == tasks.COUNT_DTYPE
+    assert source.shape == (2, 3) and source.dtype == frame_pieces.COUNT_DTYPE
     assert source.labels is not None
     assert list(source.labels.coords["cell"].values) == ["a", "b"]
     np.testing.assert_array_equal(assembled(source), [[0, 1, 0], [2, 0, 1]])

@@ -1,27 +1,18 @@
-"""The task functions and the sorting kernels, on their own: compared with numpy's lexsort,
-scipy's conversions and dense arrays, over random shapes, densities and orders."""
+"""The shuffle's tasks on their own: a piece split by partition, a partition sorted into runs,
+compared with numpy's lexsort and dense arrays, over random shapes, densities and orders."""
 
 from __future__ import annotations
 
-import itertools
-import pickle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
-import sparse
-import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from sporadik_dask.kernels.groups import group_runs, sum_runs
-from sporadik_dask.kernels.regions import Regions
-from sporadik_dask.kernels.runs import columns_of_runs, rows_of_runs
-from sporadik_dask.kernels.sort import sort_by_key
 from sporadik_dask.write import spill, tasks
+from sporadik_dask.write.pieces import Piece, piece_of_block
 from tests.helpers import random_dense
 
 
@@ -136,7 +127,7 @@ def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
     rng = np.random.default_rng(seed)
     shape = (13, 4, 5)[:rank]
     dense = random_dense(rng, shape, 0.3).astype(dtype)
-    piece = tasks.piece_of_block(dense, (0,) * rank)
+    piece = piece_of_block(dense, (0,) * rank)
     others = [a for a in range(rank) if a != axis][::-1]
     index_shape = [shape[a] for a in others]
     extent = shape[axis]
@@ -159,324 +150,9 @@ def test_splitting_a_piece_sends_each_value_to_the_partition_of_its_position(
 
 
 def test_a_piece_position_outside_the_planned_positions_is_refused() -> None:
-    piece = tasks.Piece(np.array([[0, 9], [1, 1]]), np.array([1.0, 2.0]))
+    piece = Piece(np.array([[0, 9], [1, 1]]), np.array([1.0, 2.0]))
     with pytest.raises(sd.LayoutError, match=r"outside 0\.\.4"):
         tasks.split_piece(piece, 0, (1,), (3,), np.array([0, 2, 5]), np.int32)
-
-
-def test_merging_pieces_adds_repeated_cells_and_counts_them() -> None:
-    rng = np.random.default_rng(3)
-    coords = rng.integers(0, 6, size=(2, 60))
-    data = rng.integers(1, 9, 60).astype(np.float64)
-    expected = np.zeros((6, 6))
-    np.add.at(expected, tuple(coords), data)
-    pieces = [tasks.Piece(coords[:, :25], data[:25]), tasks.Piece(coords[:, 25:], data[25:])]
-    merged = tasks.merge_pieces((6, 6), *pieces)
-    got = np.zeros((6, 6))
-    got[tuple(merged.piece.coords)] = merged.piece.data
-    np.testing.assert_array_equal(got, expected)
-    assert merged.repeats == 60 - np.count_nonzero(expected)
-    keys = np.ravel_multi_index(tuple(merged.piece.coords), (6, 6))
-    assert np.all(np.diff(keys) > 0)
-
-
-def test_splitting_by_cell_sends_every_copy_of_a_cell_to_one_part() -> None:
-    coords = np.array([[0, 1, 0, 2, 1], [3, 1, 3, 0, 1]])
-    parts = tasks.split_by_cell(tasks.Piece(coords, np.arange(5.0)), (3, 4), 3)
-    homes = {tuple(cell): p for p, part in enumerate(parts) for cell in part.coords.T.tolist()}
-    for p, part in enumerate(parts):
-        assert all(homes[tuple(cell)] == p for cell in part.coords.T.tolist())
-    assert sum(part.data.size for part in parts) == 5
-
-
-SCIPY_FORMATS = ["csr", "csc", "coo", "lil", "dok", "bsr"]
-
-
-@pytest.mark.parametrize("layout", SCIPY_FORMATS)
-def test_a_scipy_block_gives_the_cells_of_its_dense_form_placed_by_offset(layout: str) -> None:
-    dense = random_dense(np.random.default_rng(4), (9, 7), 0.3)
-    block = sp.csr_matrix(dense).asformat(layout)
-    piece = tasks.piece_of_block(block, (100, 20))
-    got = np.zeros((109, 27))
-    got[tuple(piece.coords)] = piece.data
-    np.testing.assert_array_equal(got[100:, 20:], dense)
-    assert piece.data.size == np.count_nonzero(dense)
-
-
-def test_a_csr_block_keeps_row_major_order_and_shares_its_values() -> None:
-    block = sp.csr_matrix(random_dense(np.random.default_rng(5), (8, 6), 0.4, np.float64))
-    piece = tasks.piece_of_block(block, (0, 0))
-    keys = np.ravel_multi_index(tuple(piece.coords), (8, 6))
-    assert np.all(np.diff(keys) > 0)
-    assert np.shares_memory(piece.data, block.data)
-
-
-def test_a_sparse_block_with_a_nonzero_fill_value_is_refused() -> None:
-    block = sparse.COO.from_numpy(np.ones((2, 2)), fill_value=1.0)
-    with pytest.raises(sd.LayoutError, match=r"fill_value 1\.0"):
-        tasks.piece_of_block(block, (0, 0))
-
-
-@pytest.mark.parametrize("dtype", ["float32", "int64", "float16"])
-def test_the_counting_sort_is_what_a_stable_argsort_gives(dtype: str) -> None:
-    rng = np.random.default_rng(6)
-    keys = rng.integers(0, 17, 500)
-    rows = rng.integers(0, 1000, size=(2, 500))
-    data = rng.integers(0, 100, 500).astype(dtype)
-    sorted_rows, sorted_data = sort_by_key(keys, np.bincount(keys, minlength=17), rows, data)
-    order = np.argsort(keys, kind="stable")
-    np.testing.assert_array_equal(sorted_rows, rows[:, order])
-    np.testing.assert_array_equal(sorted_data, data[order])
-
-
-def _selected(rng: np.random.Generator, size: int, order: str) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of an axis of ``size`` picked once each in ``order``, and the slot table of
-    each position (-1: not picked)."""
-    picked = np.flatnonzero(rng.random(size) < 0.7)
-    if order == "descending":
-        picked = picked[::-1]
-    elif order == "shuffled":
-        picked = rng.permutation(picked)
-    slots = np.full(size, -1, dtype=np.int64)
-    slots[picked] = np.arange(picked.size)
-    return picked, slots
-
-
-def _coo_of(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A dense matrix's nonzeros in C order, as ``sparse.COO`` keeps them."""
-    found = sparse.COO.from_numpy(dense)
-    return found.coords, found.data
-
-
-def _runs_asked(
-    rng: np.random.Generator, lengths: np.ndarray, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Runs asked for in a caller's order, some twice: the positions, starts and lengths."""
-    asked = rng.integers(0, size, rng.integers(0, 2 * size + 1))
-    return asked, (np.cumsum(lengths) - lengths)[asked], lengths[asked]
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    rows=st.integers(1, 30),
-    cols=st.integers(1, 30),
-    order=st.sampled_from(["ascending", "descending"]),
-    stored=st.sampled_from(["int32", "int64"]),
-    every=st.booleans(),
-)
-def test_rows_of_runs_is_what_indexing_the_dense_matrix_gives(
-    seed: int, rows: int, cols: int, order: str, stored: str, every: bool
-) -> None:
-    """Rows asked in any order, or every value in order (then permuted in place)."""
-    rng = np.random.default_rng(seed)
-    csr = sp.random(rows, cols, density=0.4, format="csr", random_state=rng)
-    csr.data[:] = rng.integers(1, 100, csr.nnz)
-    dense = csr.toarray()
-    if every:
-        asked = np.arange(rows)
-        starts, lengths = csr.indptr[:-1].astype(np.int64), np.diff(csr.indptr)
-        picked = np.arange(cols)[:: 1 if order == "ascending" else -1]
-        slots = np.empty(cols, dtype=np.int64)
-        slots[picked] = np.arange(cols)
-    else:
-        asked, starts, lengths = _runs_asked(rng, np.diff(csr.indptr), rows)
-        picked, slots = _selected(rng, cols, order)
-    got = rows_of_runs(
-        starts, lengths, csr.indices.astype(stored), csr.data, slots, reverse=order != "ascending"
-    )
-    assert got is not None
-    coords, data = _coo_of(dense[np.ix_(asked, picked)])
-    np.testing.assert_array_equal(got[0], coords)
-    np.testing.assert_array_equal(got[1], data)
-    if every and csr.nnz:
-        assert np.shares_memory(got[1], csr.data)
-
-
-def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> None:
-    one = np.array([0]), np.array([2])
-    slots = np.arange(3)
-    assert rows_of_runs(*one, np.array([2, 1]), np.ones(2), slots, reverse=False) is None
-    half = np.ones(2, dtype=np.float16)
-    assert rows_of_runs(*one, np.array([1, 2]), half, slots, reverse=False) is None
-    values = np.array([1.0, 2.0])
-    assert rows_of_runs(*one, np.array([2, 1]), values, slots, reverse=True) is None
-    np.testing.assert_array_equal(values, [1.0, 2.0])  # declined before touching them
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    rows=st.integers(1, 30),
-    cols=st.integers(1, 30),
-    order=st.sampled_from(["ascending", "descending", "shuffled"]),
-    unsorted=st.booleans(),
-)
-def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
-    seed: int, rows: int, cols: int, order: str, unsorted: bool
-) -> None:
-    """Whatever the rows' order, and whatever the order within a run (a writer need not sort)."""
-    rng = np.random.default_rng(seed)
-    csc = sp.random(rows, cols, density=0.4, format="csc", random_state=rng)
-    csc.data[:] = rng.integers(1, 100, csc.nnz)
-    indices, data = csc.indices.copy(), csc.data.copy()
-    if unsorted:
-        for lo, hi in itertools.pairwise(csc.indptr):
-            indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
-    asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
-    picked, slots = _selected(rng, rows, order)
-    got = columns_of_runs(starts, lengths, indices, data, slots, picked.size)
-    assert got is not None
-    coords, expected = _coo_of(csc.toarray()[np.ix_(picked, asked)])
-    np.testing.assert_array_equal(got[0], coords)
-    np.testing.assert_array_equal(got[1], expected)
-
-
-@pytest.mark.parametrize("trail", [1, 3])
-def test_summing_runs_through_a_lookup_is_what_numpy_gives_for_the_looked_up_keys(
-    trail: int,
-) -> None:
-    """Each value's key mapped by the lookup (a position to its group, -1: none) before it is
-    added: the runs come in order, each with the cells and sums ``np.unique`` gives over the
-    mapped keys."""
-    rng = np.random.default_rng(3)
-    groups, positions, extent = 4, 9, 5
-    lookup = rng.integers(-1, groups * trail, positions).astype(np.int32)
-    lengths = rng.integers(0, 12, extent)
-    keys = rng.integers(0, positions, int(lengths.sum()))
-    values = rng.integers(1, 9, keys.size).astype(np.float64)
-    buffers = np.zeros(groups * trail), np.zeros(groups * trail, bool)
-    got = sum_runs(
-        lengths, keys, values, buffers, lookup=lookup, first=2, extent=extent + 2, trail=trail
-    )
-    assert got is not None
-    runs = np.repeat(np.arange(extent), lengths)
-    mapped = lookup[keys]
-    inside = mapped >= 0
-    cells = ((mapped // trail) * (extent + 2) + runs + 2) * trail + mapped % trail
-    ids, at = np.unique(cells[inside], return_inverse=True)
-    run_of = ids // trail % (extent + 2)
-    order = np.lexsort((ids, run_of))  # by run (each run's cells in any order of leads)
-    got_run = got[0] // trail % (extent + 2)
-    assert np.all(np.diff(got_run) >= 0)
-    mine = np.lexsort((got[0], got_run))
-    np.testing.assert_array_equal(got[0][mine], ids[order])
-    np.testing.assert_array_equal(got[1][mine], np.bincount(at, values[inside])[order])
-    assert not buffers[0].any() and not buffers[1].any()  # left as they came, for the next batch
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    shape=st.lists(st.integers(1, 6), min_size=2, max_size=3),
-    lead_axes=st.integers(0, 1),
-    batches=st.integers(1, 5),
-    slack=st.integers(0, 3),
-)
-def test_cells_laid_into_regions_batch_by_batch_come_out_as_numpy_sorts_them(
-    seed: int, shape: list[int], lead_axes: int, batches: int, slack: int
-) -> None:
-    """Batches of distinct cells, each a stretch of the later axes' C order (as runs arrive)
-    sorted by lead, into regions sized with room to spare: compacted, every cell is where a
-    sort of the whole puts it, with its value."""
-    rng = np.random.default_rng(seed)
-    out = tuple(shape)
-    leads = int(np.prod(out[:lead_axes]))
-    span = int(np.prod(out[lead_axes:]))
-    cells = np.sort(rng.choice(leads * span, size=rng.integers(0, leads * span + 1), replace=False))
-    data = rng.integers(-9, 9, cells.size).astype(np.float32)
-    bound = np.bincount(cells // span, minlength=leads) + rng.integers(0, slack + 1, leads)
-    regions = Regions(out, span, np.minimum(bound, span), np.float32)
-    # batches cut along the later axes (C order within each lead), each sorted by lead
-    cuts = np.sort(rng.integers(0, span + 1, batches - 1))
-    within = cells % span
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, span], strict=True):
-        taken = (within >= lo) & (within < hi)
-        regions.place(cells[taken], data[taken])
-    coords, values = regions.result()
-    np.testing.assert_array_equal(coords, np.stack(np.unravel_index(cells, out)))
-    np.testing.assert_array_equal(values, data)
-
-
-def test_a_region_given_more_cells_than_its_bound_is_refused() -> None:
-    regions = Regions((2, 3), 3, np.array([1, 3]), np.float64)
-    regions.place(np.array([0, 3]), np.ones(2))
-    with pytest.raises(sd.LayoutError, match="bound of 1"):
-        regions.place(np.array([1]), np.ones(1))
-
-
-def test_cells_placed_by_lead_code_come_out_as_numpy_sorts_them_and_a_full_lead_refuses() -> None:
-    """Rank 2, one lead per row: cells given as (lead, offset), each lead's in order, in any
-    interleaving of leads."""
-    rng = np.random.default_rng(3)
-    shape = (5, 9)
-    cells = np.sort(rng.choice(45, size=30, replace=False))
-    leads, offsets = np.divmod(cells, 9)
-    data = np.arange(cells.size, dtype=np.float64)
-    bound = np.bincount(leads, minlength=5) + 1
-    regions = Regions(shape, 9, bound, np.float64)
-    order = np.lexsort((np.arange(cells.size), offsets))  # by offset: leads interleaved
-    regions.place_cells(leads[order].astype(np.int32), offsets[order].astype(np.int32), data[order])
-    coords, values = regions.result()
-    assert coords.dtype == np.int32  # every axis fits
-    np.testing.assert_array_equal(coords, np.stack([leads, offsets]))
-    np.testing.assert_array_equal(values, data)
-    full = Regions(shape, 9, np.array([1, 0, 0, 0, 0]), np.float64)
-    with pytest.raises(sd.LayoutError, match="bound of 0"):
-        full.place_cells(np.array([0, 1], np.int32), np.array([0, 0], np.int32), np.ones(2))
-
-
-def test_grouping_runs_refuses_an_index_past_its_axis_and_leaves_its_buffers_clean() -> None:
-    codes = np.array([0, 1, -1], np.int32)
-    buffers = np.zeros(2), np.zeros(2, bool)
-    found = group_runs(
-        np.array([2, 1]), np.array([0, 2, 1], np.int32), codes, np.array([1.0, 2.0, 3.0]),
-        buffers, first=4, skipna=True, dtype=np.float32,
-    )  # fmt: skip
-    assert found is not None
-    groups, positions, sums = found  # position 4: group 0 (index 2 is in none); 5: group 1
-    np.testing.assert_array_equal(groups, [0, 1])
-    np.testing.assert_array_equal(positions, [4, 5])
-    np.testing.assert_array_equal(sums, np.array([1.0, 3.0], np.float32))
-    assert sums.dtype == np.float32
-    with pytest.raises(sd.LayoutError, match="stored index 3 lies past its axis of 3"):
-        group_runs(
-            np.array([2]), np.array([0, 3], np.int32), codes, np.ones(2), buffers,
-            first=0, skipna=True, dtype=np.float64,
-        )  # fmt: skip
-    assert not buffers[0].any() and not buffers[1].any()
-
-
-def test_an_array_reference_pickles_without_the_array_and_opens_it_once_per_process(
-    tmp_path: Path,
-) -> None:
-    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
-    array = group.create_array("layouts/axis0/data", shape=(10,), dtype="float32", chunks=(4,))
-    ref = tasks.ArrayRef.of(array)
-    copied = pickle.loads(pickle.dumps(ref))
-    assert copied == ref and hash(copied) == hash(ref)
-    opened = copied.open()
-    assert opened.path == "layouts/axis0/data" and opened.chunks == (4,)
-    assert copied.open() is opened
-
-
-def test_an_array_reference_differs_by_store_path_and_chunking(tmp_path: Path) -> None:
-    def ref(store: str, path: str, chunk: int) -> tasks.ArrayRef:
-        group = zarr.open_group(tmp_path / store, mode="a", zarr_format=3)
-        array = group.create_array(path, shape=(10,), dtype="float32", chunks=(chunk,))
-        return tasks.ArrayRef.of(array)
-
-    first = ref("a.zarr", "data", 4)
-    assert len({first, ref("b.zarr", "data", 4), ref("a.zarr", "other", 4)}) == 3
-    assert ref("c.zarr", "data", 4) != ref("d.zarr", "data", 5)
-
-
-def test_an_array_replaced_after_the_write_was_planned_is_refused(tmp_path: Path) -> None:
-    group = zarr.open_group(tmp_path / "s.zarr", mode="w", zarr_format=3)
-    ref = tasks.ArrayRef.of(group.create_array("data", shape=(10,), dtype="float32", chunks=(4,)))
-    group.create_array("data", shape=(10,), dtype="float32", chunks=(5,), overwrite=True)
-    with pytest.raises(sd.SporadikError, match="changed after this write was planned"):
-        tasks.write_array(ref, 0, np.ones(10, dtype=np.float32))
 
 
 def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -> None:
@@ -484,31 +160,6 @@ def test_the_maxima_of_a_run_followed_by_empty_positions_cover_the_whole_run() -
     part = tasks.Part(np.array([[0, 2, 2], [0, 0, 1]]), np.array([4.0, 1.0, -9.0]))
     runs = tasks.sort_partition(0, 4, 2, np.int32, (0, 3), part)
     np.testing.assert_array_equal(runs.maxima, [4.0, 0.0, 9.0, 0.0])
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    length=st.sampled_from([1, 7, 40, 10**6, 5 * 10**9]),
-    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=4),
-)
-def test_counts_added_over_pieces_hold_only_the_positions_holding_values(
-    seed: int, length: int, sizes: list[int]
-) -> None:
-    """Whether a piece counts by bincount (an axis no longer than its values) or by sorting its
-    positions (an axis as long as a genome's), the sum over pieces is numpy's bincount, held as
-    the positions holding values and their counts: nothing as long as the axis."""
-    rng = np.random.default_rng(seed)
-    columns = [rng.integers(0, min(length, 100), size) * (length // 100 or 1) for size in sizes]
-    counted = [
-        tasks.count_piece(tasks.Piece(np.stack([c, c]), np.ones(c.size)), [(1, length)])
-        for c in columns
-    ]
-    (total,) = tasks.add_counts(*counted).counts
-    held, counts = np.unique(np.concatenate(columns), return_counts=True)
-    np.testing.assert_array_equal(total.positions, held)
-    np.testing.assert_array_equal(total.counts, counts)
-    assert total.length == length and total.nnz == sum(sizes)
 
 
 def test_a_partition_spanning_a_genome_stretch_makes_arrays_sized_by_its_values() -> None:
