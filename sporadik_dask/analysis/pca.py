@@ -166,8 +166,9 @@ class _Blocks(NamedTuple):
         if found is None:
             read, vectors = data.data, ()
             steps = Steps((), np.dtype(data.dtype), np.dtype(data.dtype))
-        else:
-            read, vectors, steps = found.source, found.vectors, found.steps
+        else:  # the vectors (a total per cell) computed once, not again in each pass
+            read, steps = found.source, found.steps
+            vectors = dask.compute(*found.vectors)
         if read.numblocks[1 - axis] > 1:
             read = read.rechunk({1 - axis: -1}, method="tasks")
         columns = np.full(read.shape[1 - axis], -1, dtype=np.int64)
@@ -175,7 +176,7 @@ class _Blocks(NamedTuple):
         pieces = []
         vector: Any
         for vector, vector_axis in zip(vectors, steps.axes, strict=True):
-            v = vector if hasattr(vector, "dask") else da.from_array(np.asarray(vector))
+            v = da.from_array(np.asarray(vector))
             if vector_axis == axis:
                 pieces.append(list(v.rechunk((read.chunks[axis],)).to_delayed()))
             else:
