@@ -162,13 +162,21 @@ def _missing_below(data: Any, valid: Any, min_count: int, *, whole: bool) -> Any
 
 def _where(condition: Any, fill: Any, data: Any) -> Any:
     """``np.where(condition, fill, data)``, block by block for dask arrays (dask's expression
-    model has no ``where``)."""
+    model has no ``where``); a numpy ``condition`` of ``data``'s rank is cut as ``data`` is,
+    along the axes it does not broadcast."""
     import dask.array as da
 
     if not isinstance(condition, da.Array) and not isinstance(data, da.Array):
         return np.where(condition, fill, data)
+    if not isinstance(condition, da.Array):
+        cuts = zip(condition.shape, data.shape, data.chunks, strict=True)
+        condition = da.from_array(condition, tuple(c if n == m else (n,) for n, m, c in cuts))
     dtype = np.result_type(np.asarray(fill), data.dtype)
-    return da.map_blocks(np.where, condition, fill, data, dtype=dtype)
+    return da.map_blocks(_filled, data, condition, fill, dtype=dtype)  # data first: its chunks
+
+
+def _filled(data: Any, condition: Any, fill: Any) -> Any:
+    return np.where(condition, fill, data)
 
 
 def _pushed_data(
@@ -517,4 +525,4 @@ def _empty_groups_missing(data: Any, empty: npt.NDArray[np.bool_], at: int) -> A
     spot[at] = empty.size
     if data.dtype.kind not in "fc":
         data = data.astype(np.float64)
-    return np.where(empty.reshape(spot), np.asarray(np.nan, dtype=data.dtype), data)
+    return _where(empty.reshape(spot), np.asarray(np.nan, dtype=data.dtype), data)

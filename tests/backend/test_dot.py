@@ -14,10 +14,16 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 from tests.helpers import random_dense
 
 CHUNKS = [None, {}, {"cell": 9}, {"cell": 9, "gene": 7}]
 CHUNK_IDS = ["lazy", "chunks={}", "chunks=9", "chunks=9x7"]
+
+#: Why products left to xarray are not tested under dask's expression model: xarray's einsum and
+#: transpose of any dask array go through NEP-18, which that model lacks (a lazily opened
+#: variable's products act on its dask read too).
+XARRAYS_EINSUM = "xarray's einsum of any dask array meets what dask's expression model lacks"
 
 
 @pytest.fixture(scope="module", params=[(2, np.int32), (3, np.float32)], ids=["rank2", "rank3"])
@@ -83,6 +89,7 @@ def test_a_selection_times_dense_keeps_its_labels_and_order(
     np.testing.assert_allclose(_values(result), expected, rtol=1e-5)
 
 
+@pytest.mark.skipif(EXPRESSIONS, reason=XARRAYS_EINSUM)
 @pytest.mark.parametrize("chunks", CHUNKS[:3], ids=CHUNK_IDS[:3])
 def test_dot_that_are_not_one_sparse_times_one_dense_stay_xarrays(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any
@@ -135,6 +142,7 @@ def test_sporadik_pushdown_false_hands_the_product_back_to_xarray(
     np.testing.assert_allclose(result.todense(), expected, rtol=1e-5)
 
 
+@pytest.mark.skipif(EXPRESSIONS, reason=XARRAYS_EINSUM)
 @pytest.mark.parametrize("chunks", CHUNKS[:2], ids=CHUNK_IDS[:2])
 def test_a_product_whose_dense_result_would_outgrow_the_sparse_one_stays_sparse(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any

@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
+from sporadik_dask.reduce.fields import supported
 
 MODES: dict[str, dict[str, Any]] = {
     "lazy": {},
@@ -345,6 +347,8 @@ def test_random_stores_reduce_as_xarray_does_on_the_dense_array(
         variable = variable.load()
     dimsets = [None, *[(d,) for d in dims], dims[:2]]
     for op, kwargs in OPS_KWARGS:
+        if EXPRESSIONS and chunks is not None and not supported(op, dtype):
+            continue  # xarray's own (nanmax of complex) of a dask array: the model lacks it
         for dimset in dimsets:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -377,6 +381,15 @@ STEPS: dict[str, Callable[[xr.DataArray], Any]] = {
 }
 
 
+#: Steps whose result dask's expression model gives otherwise for any dask array, and why.
+STEPS_EXPRESSIONS_LACK = {
+    "x + 1": "float32 and int32 arrays with a Python scalar are promoted to 64 bits (not NEP 50)",
+    "x * 2": "float32 and int32 arrays with a Python scalar are promoted to 64 bits (not NEP 50)",
+    "where > 0": "xarray's where takes numpy's result_type of the dask array, which it lacks",
+    "normalized": "operands of unlike chunks (a reduction is one block) fail to align",
+}
+
+
 @pytest.fixture(scope="module", params=[np.float32, np.int32])
 def step_store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -400,6 +413,8 @@ def test_a_reduction_after_an_elementwise_step_is_xarrays_on_the_dense_array(
     absent cells (``x + 1``, ``exp``, ``where``): values, dtype and dims as xarray gives them.
     float32 values are compared with xarray's over float64: numpy's float32 variance of
     ``exp(49)`` overflows its squares to inf, where the pass accumulates in float64."""
+    if EXPRESSIONS and step in STEPS_EXPRESSIONS_LACK:
+        pytest.skip(f"dask's expression model: {STEPS_EXPRESSIONS_LACK[step]}")
     path, dense = step_store
     labels = np.arange(dense.shape[0]) % 3
     variable = _open(path, mode).assign_coords(g=("a", labels))
