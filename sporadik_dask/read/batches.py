@@ -4,10 +4,10 @@ Batches are planned by :mod:`~sporadik_dask.planning.minibatches` (pure: positio
 shards) and read a window of batches at a time through
 :meth:`~sporadik_dask.read.reader.StoreReader.read_runs`: two read waves per window, each zarr
 chunk the window touches fetched and decoded once for all its batches, and the runs copied straight
-into place, so a window holds its own values and not the chunks they sit in. Windows are read
-ahead on threads while the consumer works, at most ``prefetch`` of them: memory is bounded by about
-``2 * prefetch + 1`` windows (the one consumed, and each one read held twice while its batches are
-made: scipy's ``csr_matrix`` copies each batch's share out of it). An epoch's first window is read
+into place, so a window holds its own values and not the chunks they sit in; its batches are
+views of them, not copies. Windows are read ahead on threads while the consumer works, at most
+``prefetch`` of them: memory is bounded by about ``prefetch + 1`` windows (the one consumed and
+those read ahead), and a batch kept longer keeps its window. An epoch's first window is read
 alone, on every core (each window's chunks are decoded by every core), so its first batch is not
 kept waiting by the windows after.
 """
@@ -227,9 +227,7 @@ class Minibatches:
                 torch.from_numpy(data),
                 size=shape,
             )
-        import scipy.sparse
-
-        return scipy.sparse.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+        return _csr_view(indptr, indices, data, shape)
 
     def __repr__(self) -> str:
         return (
@@ -237,6 +235,24 @@ class Minibatches:
             f"batch_size={self.batch_size}, shuffle={self.shuffle!r}, "
             f"{self.positions.size} positions, shard {self.shard} of {self.shards})"
         )
+
+
+def _csr_view(
+    indptr: npt.NDArray[Any], indices: npt.NDArray[Any], data: npt.NDArray[Any], shape: Any
+) -> Any:
+    """A scipy ``csr_matrix`` over these arrays, as they are.
+
+    ``csr_matrix((data, indices, indptr), copy=False)`` copies ``indices`` and ``data`` when
+    they are views of less than half an array (scipy's ``prune``), as every batch of a window
+    is: a copy of every value of the epoch, 40 % of its CPU time with a whole window held
+    twice while it is cut. The arrays are well formed (each run's indices checked as read), so
+    they are set on an empty matrix instead; a batch kept holds its window's arrays.
+    """
+    import scipy.sparse
+
+    matrix = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
+    matrix.indptr, matrix.indices, matrix.data = indptr, indices, data
+    return matrix
 
 
 def _axis_number(axis: int | str, dims: tuple[str, ...], reader: StoreReader) -> int:

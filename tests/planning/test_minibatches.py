@@ -79,6 +79,30 @@ def test_the_block_shuffle_mixes_spans_of_neighbours_within_each_window() -> Non
     assert not np.array_equal(epoch.order, positions)
 
 
+@given(
+    batches=st.integers(0, 120),
+    window=st.integers(1, 50),
+    shuffle=st.sampled_from(["uniform", "spans", None]),
+)
+def test_windows_are_as_few_as_the_window_allows_and_as_even_as_batches_allow(
+    batches: int, window: int, shuffle: str | None
+) -> None:
+    epoch = plan_epoch(
+        np.arange(batches * 3),
+        batch_size=3,
+        shuffle=shuffle,  # type: ignore[arg-type]
+        seed=0,
+        epoch=0,
+        window=window,
+        span=2,
+    )
+    sizes = [len(w) for w in epoch.windows()]
+    assert sum(sizes) == batches and all(size <= window for size in sizes)
+    assert len(sizes) == -(-batches // window)
+    if sizes:  # no window longer than an even share, so the last is not a short one
+        assert max(sizes) == -(-batches // len(sizes))
+
+
 def test_no_shuffle_keeps_the_order_given_and_windows_cut_it_into_batches() -> None:
     positions = np.array([9, 3, 3, 7, 1])
     epoch = plan_epoch(positions, batch_size=2, shuffle=None, seed=0, epoch=0, window=2)

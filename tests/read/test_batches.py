@@ -202,6 +202,20 @@ def test_windows_read_ahead_are_at_most_the_prefetch_depth_and_the_first_is_read
     assert taken == -(-CELLS // 5)
 
 
+def test_csr_batches_are_well_formed_and_share_their_windows_values_uncopied(
+    written: tuple[Path, np.ndarray],
+) -> None:
+    path, dense = written
+    batches = list(sd.Minibatches(path, batch_size=8, seed=2, window=4, prefetch=0))
+    first, second = batches[0].values, batches[1].values
+    for name in ("data", "indices"):
+        shared = getattr(first, name).base
+        assert shared is not None and shared is getattr(second, name).base
+    for batch in batches:
+        batch.values.check_format(full_check=True)  # scipy's own checks (which copy the arrays)
+        np.testing.assert_array_equal(batch.values.toarray(), dense[batch.positions])
+
+
 def test_dense_output_is_the_rows_as_numpy(written: tuple[Path, np.ndarray]) -> None:
     path, dense = written
     for batch in sd.Minibatches(path, batch_size=25, seed=1, output="dense"):
