@@ -53,7 +53,13 @@ CASES = {
     "1,000 points, chunks={}": "chunks",
     "1,000 points, StoreReader": "reader",
     "open, lazy": "lazy",
+    "blocks of 1e8 positions, chunks=": "chunks",
+    "blocks of 1e8 positions, from_sporadik": "dask",
+    "sum per position, lazy": "lazy",
+    "sum per position, chunks={}": "chunks",
 }
+#: Blocks along the positions, for the cases that cut them (``chunks={"pos": BLOCK}``).
+BLOCK = 10**8
 
 
 def values() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -94,6 +100,8 @@ def keys() -> dict[str, Any]:
         "10,000 positions": {"pos": np.sort(rng.choice(SPAN, 10_000, replace=False))},
         "sample mask": {"sample": mask},
         "1,000 points": (rng.integers(0, SAMPLES, 1_000), rng.integers(0, SPAN, 1_000)),
+        "blocks of 1e8 positions": {},
+        "sum per position": {},
     }
 
 
@@ -130,17 +138,24 @@ def run_case(store: str, case: str) -> dict[str, Any]:
         ds = xr.open_dataset(store, engine="sporadik")
         total = len(ds.sizes)
     elif route in ("lazy", "chunks"):
-        ds = xr.open_dataset(store, engine="sporadik", chunks={} if route == "chunks" else None)
+        chunks: dict[str, int] | None = {} if route == "chunks" else None
+        if what.startswith("blocks"):
+            chunks = {"dim_1": BLOCK}
+        ds = xr.open_dataset(store, engine="sporadik", chunks=chunks)
         (var,) = ds.data_vars.values()
         var = var.rename({var.dims[0]: "sample", var.dims[1]: "pos"})
-        if what == "1,000 points":
+        if what == "sum per position":
+            picked = var.sum("sample")
+        elif what == "1,000 points":
             rows, cols = key
             picked = var.isel(sample=xr.DataArray(rows, dims="p"), pos=xr.DataArray(cols, dims="p"))
         else:
             picked = var.isel(key)
         total = checksum(picked.data)
     else:
-        if route == "dask":
+        if route == "dask" and what.startswith("blocks"):
+            x = sporadik_dask.from_sporadik(store, chunks=(SAMPLES, BLOCK))
+        elif route == "dask":
             x = sporadik_dask.from_sporadik(store)
             get = x.vindex if what == "1,000 points" else x
         else:
@@ -148,6 +163,8 @@ def run_case(store: str, case: str) -> dict[str, Any]:
             get = x.vindex if what == "1,000 points" else x
         if what == "1,000 points":
             part = get[key]
+        elif not key:
+            part = x
         else:
             ((dim, part_key),) = key.items()
             part = get[(part_key,) if dim == "sample" else (slice(None), part_key)]

@@ -50,6 +50,7 @@ class SporadikAccessor:
                 f"This DataArray has shape {self._array.shape}, not the store's {reader.shape}; "
                 "the stored statistics describe the whole store. Ask before selecting."
             )
+        _refuse_long(dim, int(reader.shape[axis]), [d for d in self._array.dims if d != dim])
         return reader, int(axis)
 
     def nnz(self, dim: str) -> xr.DataArray:
@@ -79,3 +80,24 @@ class SporadikAccessor:
     def _along(self, dim: str, values: Any, name: str) -> xr.DataArray:
         coords = {dim: self._array.coords[dim]} if dim in self._array.coords else {}
         return xr.DataArray(values, dims=(dim,), coords=coords, name=name)
+
+
+def _refuse_long(dim: str, length: int, others: list[Any]) -> None:
+    """Refuse a dense statistic per position of an axis past ``sporadik.max-positions`` (a
+    genome's 3.1e9 positions: 23 GiB of int64), naming the sparse reductions that give it."""
+    import dask.config
+
+    from sporadik_dask.store.describe import MAX_POSITIONS
+
+    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+    if length <= limit:
+        return
+    over = repr(others[0]) if len(others) == 1 else repr(others)
+    raise SporadikError(
+        f"Dimension {dim!r} has {length:,} positions: a statistic per position would be a "
+        f"dense array of {8 * length / 2**30:,.1f} GiB, past the limit of {limit:,} positions. "
+        f"Reduce lazily instead, for a sparse.COO holding only the positions with values: "
+        f"(da != 0).sum({over}) for nnz, da.sum({over}) for totals, abs(da).max({over}) for "
+        "maxima. To build the dense array anyway, raise dask.config "
+        "'sporadik.max-positions'."
+    )

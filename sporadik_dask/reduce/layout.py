@@ -35,8 +35,16 @@ def layout_for(reader: Any, target: Target, dense: bool = True) -> Any:
     each batch of its runs then fills output cells no other batch reaches (:class:`Disjoint`).
     A dense result of few groups prefers a layout indexed by the grouped axis alone: a run then
     adds into one column of :data:`LOOKUP_GROUPS` cells at most, where a run of the grouped axis
-    scatters over a whole row."""
+    scatters over a whole row. A layout whose ``indptr`` is too long to read whole (past
+    ``sporadik.max-positions``: a genome's positions) is read only when no other is."""
+    import dask.config
+
+    from sporadik_dask.store.describe import MAX_POSITIONS
+
+    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
     layouts = reader.description.layouts
+    readable = {a: layout for a, layout in layouts.items() if layout.positions <= limit}
+    layouts = readable or layouts
     kept = [a for a in sorted(layouts) if a in target.kept]
     grouping = target.grouping
     if not dense and grouping is not None:

@@ -65,7 +65,7 @@ def store_fields(
     none_stored = np.zeros(0, np.int64)
     moments = (
         (fields["stored"], fields["mean"], fields["m2"])
-        if "m2" in fields
+        if dense and "m2" in fields  # sparse fields are a tuple of arrays: no moments
         else (none_stored, empty, empty)
     )
 

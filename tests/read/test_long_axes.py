@@ -250,3 +250,69 @@ def test_blocks_along_a_genome_length_axis_read_each_run_once(
     assert got == expected(key)
     reads = run_reads(recording)
     assert reads and len(reads) == len(set(reads))
+
+
+#: Per stored position, over the samples: the sum, the values held, the largest magnitude.
+PER_POSITION = {
+    "sum": lambda x, over: x.sum(over),
+    "nnz": lambda x, over: (x != 0).sum(over),
+    "maxima": lambda x, over: abs(x).max(over),
+}
+
+
+@pytest.mark.parametrize("how", ["from_sporadik", "lazy", "chunks={}"])
+@pytest.mark.parametrize("what", list(PER_POSITION))
+def test_statistics_per_position_of_a_genome_length_axis_are_sparse_reductions(
+    store: Path, how: str, what: str
+) -> None:
+    if what == "maxima" and how == "lazy" and len(sd.StoreReader(store).description.layouts) > 1:
+        pytest.skip(
+            "abs() of a lazy variable reads it in blocks of 2**24 positions (dask's 'auto'), "
+            "each bracketed in the position layout: minutes at this length"
+        )
+    array = opened(store, how)
+    over = "sample" if isinstance(array, xr.DataArray) else 0
+    with dask.config.set(scheduler="synchronous"):
+        got, peak = measured(lambda: PER_POSITION[what](array, over))
+    stored = {"sum": VALUES, "nnz": np.ones_like(VALUES), "maxima": VALUES}[what]
+    want: dict[tuple[int, ...], int] = {}
+    for position, value in zip(POSITIONS.tolist(), stored.tolist(), strict=True):
+        want[(position,)] = (
+            max(want.get((position,), 0), value)
+            if what == "maxima"
+            else (want.get((position,), 0) + value)
+        )
+    assert got == want
+    assert peak < PEAK_BYTES
+
+
+def test_a_stored_statistic_per_position_of_a_genome_length_axis_is_refused_naming_reductions(
+    store: Path,
+) -> None:
+    variable = opened(store, "lazy")
+    with pytest.raises(sd.SporadikError, match=r"\(da != 0\)\.sum\('sample'\)"):
+        variable.sporadik.nnz("pos")
+    with pytest.raises(sd.SporadikError, match=r"da\.sum\('sample'\)"):
+        variable.sporadik.totals("pos")
+    assert variable.sporadik.nnz("sample").values.tolist() == [4, 4]
+
+
+@pytest.mark.parametrize("how", ["lazy", "chunks={}"])
+def test_a_range_index_labels_a_genome_length_axis_without_an_array_of_it(
+    store: Path, how: str
+) -> None:
+    """xarray's ``RangeIndex`` holds a start and a step: positions counted from 1, as a genome
+    browser counts them, select by label and read only the region (its ``sel`` leaves a
+    slice's stop out, where a pandas index keeps it)."""
+    from xarray.indexes import RangeIndex
+
+    def labelled() -> Any:
+        variable = opened(store, how)
+        index = RangeIndex.arange(1, LENGTH + 1, 1, dim="pos", coord_name="pos")
+        variable = variable.assign_coords(xr.Coordinates.from_xindex(index))
+        return variable.sel(pos=slice(2**31 + 1, 2**32 + 3), method="nearest").data
+
+    with dask.config.set(scheduler="synchronous"):
+        got, peak = measured(labelled)
+    assert got == expected((slice(None), slice(2**31, 2**32 + 2)))
+    assert peak < PEAK_BYTES
