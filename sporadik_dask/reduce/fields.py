@@ -38,6 +38,7 @@ __all__ = [
     "fields_of",
     "finish",
     "merge",
+    "merge_along",
     "merge_into",
     "needed_fields",
     "reduced_axes",
@@ -226,6 +227,23 @@ def merge_into(into: Fields, part: Fields) -> Fields:
         for name, array in zip(MOMENTS, combine_moments(stored, mean, m2, 0), strict=True):
             into[name][...] = array[0]
     return into
+
+
+def merge_along(fields: Fields, axis: int) -> Fields:
+    """Fields of neighbouring cells along ``axis`` combined into one cell there (the axis kept,
+    of length one): sums add, extremes compare, moments by Chan's formula."""
+    merged: Fields = {}
+    with_moments = "m2" in fields
+    for name, array in fields.items():
+        if with_moments and name in MOMENTS:
+            continue
+        ufunc = {"max": np.maximum, "min": np.minimum}.get(name, np.add)
+        merged[name] = ufunc.reduce(array, axis=axis, keepdims=True)
+    if with_moments:
+        stored, mean, m2 = (fields[name] for name in MOMENTS)
+        moments = combine_moments(stored, mean, m2, axis)
+        merged.update(zip(MOMENTS, moments, strict=True))
+    return merged
 
 
 def merge(op: Op, parts: Sequence[Fields]) -> Fields:
