@@ -470,6 +470,8 @@ def test_random_stores_reduce_through_from_sporadik_as_numpy_does_on_the_dense_a
     x = sd.from_sporadik(path, chunks=chunks, axis=layout, format=form)
     wide = dense.astype(np.float64) if dtype == np.float32 else dense
     for op, kwargs in ARRAY_OPS:
+        if EXPRESSIONS and not supported(op.removeprefix("nan"), dtype):
+            continue  # dask's own (max of complex) by NEP-18, which the model lacks
         for axis in [None, *range(rank), (0, 1)]:
             case = (op, kwargs, axis, shape, dtype, chunks, layout, form)
             with warnings.catch_warnings():
