@@ -83,6 +83,8 @@ class Minibatches:
         (sparse CSR tensor) or ``"torch-dense"``; torch is imported only for those.
     prefetch
         Windows read ahead on threads while batches are consumed; 0 reads each when needed.
+        One keeps decoding going while a window is consumed (each read decodes on every core):
+        more only holds more memory.
     window
         Batches read together; by default as many as hold about
         :data:`~sporadik_dask.planning.budgets.WINDOW_VALUES` values.
@@ -107,7 +109,7 @@ class Minibatches:
         subset: Any = None,
         labels: Sequence[str] = (),
         output: Output = "csr",
-        prefetch: int = 2,
+        prefetch: int = 1,
         window: int | None = None,
         span: int = 64,
         shard: int = 0,
