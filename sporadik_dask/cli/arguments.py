@@ -122,6 +122,12 @@ def parser() -> argparse.ArgumentParser:
         "the fastest decode), or NAME=CHAIN per array (data=blosc-lz4 indices=blosc-zstd)",
     )
     convert.add_argument(
+        "--dtype",
+        help="store the values as smallest-integer (the narrowest integer dtype holding every "
+        "value: uint8 or uint16 for most counts) or a named integer dtype (uint16); every value "
+        "must be a whole number it holds, or nothing is written (default: the input's dtype)",
+    )
+    convert.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a sporadik store at OUTPUT (never anything else)",

@@ -193,6 +193,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> None:
+    from sporadik_dask.planning.dtypes import check_dtype_option
     from sporadik_dask.store.codecs import check_codecs
     from sporadik_dask.write.targets import check_target
     from sporadik_dask.write.writer import add_axis, to_sporadik
@@ -200,6 +201,7 @@ def run_convert(args: argparse.Namespace) -> None:
     _check_flags(args)
     codecs = _codecs(args.codecs)
     check_codecs(codecs)
+    check_dtype_option(args.dtype)
     started = time.perf_counter()
     axes = tuple(args.axes) if args.axes else None
     options = args.storage_options
@@ -212,6 +214,11 @@ def run_convert(args: argparse.Namespace) -> None:
                     "copying a store is a job for the object store's own tools."
                 )
             present = describe(args.input, storage_options=options)
+            if args.dtype:
+                raise SporadikError(
+                    f"--dtype applies to a new store: a layout added to {args.input} holds its "
+                    f"values as they are stored there ({present.dtype}). Leave --dtype out."
+                )
             wanted = axes or range(present.rank)
             if all(axis in present.layouts for axis in wanted):
                 _say(
@@ -245,6 +252,7 @@ def run_convert(args: argparse.Namespace) -> None:
                     shard=args.shard,
                     byte_addressable=args.byte_addressable,
                     codecs=codecs,
+                    dtype=args.dtype,
                     overwrite=args.overwrite,
                     compute=False,
                     storage_options=options,

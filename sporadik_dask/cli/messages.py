@@ -35,8 +35,8 @@ FLAGS: dict[str, str | Callable[[re.Match[str]], str]] = {
     r"\boverwrite=True\b": "--overwrite",
     r"\bbyte_addressable=True\b": "--byte-addressable",
     r"\bstorage_options\b": "--storage-options",
-    r"\b(shape|columns|values|chunk|shard|axes|codecs)=(?=[\s:;,.)]|$)": r"--\1",
-    r"\b(shape|columns|values|chunk|shard|axes|codecs)=": r"--\1 ",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs|dtype)=(?=[\s:;,.)]|$)": r"--\1",
+    r"\b(shape|columns|values|chunk|shard|axes|codecs|dtype)=": r"--\1 ",
 }
 
 

@@ -86,7 +86,7 @@ def merge_ranges(*ranges: ValueRange) -> ValueRange:
     )
 
 
-def check_dtype_option(dtype: Any) -> np.dtype[Any] | str | None:
+def check_dtype_option(dtype: npt.DTypeLike | None) -> np.dtype[Any] | str | None:
     """``dtype=`` of a write, checked before anything is read: None (the input's own),
     :data:`SMALLEST_INTEGER`, or an integer dtype."""
     if dtype is None:
@@ -100,15 +100,17 @@ def check_dtype_option(dtype: Any) -> np.dtype[Any] | str | None:
         chosen = None
     if chosen is None or chosen.kind not in "iu":
         raise LayoutError(
-            f"dtype={dtype!r}: a write stores values in their own dtype (dtype=None), in "
-            f"{SMALLEST_INTEGER!r} (the narrowest integer dtype holding every value exactly), "
-            "or in an integer dtype such as 'uint16', each checked against every value. To "
-            "store floats of another width, cast the input first."
+            f"dtype={dtype!r} is neither {SMALLEST_INTEGER!r} (the narrowest integer dtype "
+            "holding every value exactly) nor an integer dtype such as 'uint16', the dtypes a "
+            "write checks every value against. To store floats of another width, cast the "
+            "input first."
         )
     return chosen
 
 
-def stored_dtype(option: Any, given: np.dtype[Any], found: ValueRange | None) -> np.dtype[Any]:
+def stored_dtype(
+    option: npt.DTypeLike | None, given: np.dtype[Any], found: ValueRange | None
+) -> np.dtype[Any]:
     """The dtype values of dtype ``given`` are stored in under ``dtype=option``, from the range
     ``found`` of every value (the count pass's; None when ``option`` is None).
 

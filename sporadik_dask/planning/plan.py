@@ -158,6 +158,7 @@ class LayoutPlan(LayoutGeometry):
             indexed_axis=self.indexed_axis,
             index_order=self.index_order,
             index_dtype=self.index_dtype,
+            dtype=self.dtype,
             bounds=self.bounds,
             starts=self.held.before(self.bounds).astype(np.int64),
             regions=self.regions,
@@ -206,6 +207,8 @@ class WritePlan(LayoutGeometry):
     index_order: tuple[int, ...]
     #: dtype of ``indices`` and ``indptr``.
     index_dtype: np.dtype[Any]
+    #: dtype of ``data``: each piece's values are cast to it when split.
+    dtype: np.dtype[Any]
     #: Partition ``p`` holds positions ``bounds[p]:bounds[p + 1]``.
     bounds: npt.NDArray[np.int64]
     #: ``indptr`` at every bound: partition ``p`` holds values ``starts[p]:starts[p + 1]``.

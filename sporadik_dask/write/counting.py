@@ -1,4 +1,5 @@
-"""The count pass's tasks: values per position along each counted axis, over a piece, added up."""
+"""The count pass's tasks: values per position along each counted axis, over a piece, added up;
+and, when a write stores its values in a dtype picked from them, their range."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.planning.dtypes import ValueRange, merge_ranges
 from sporadik_dask.planning.plan import PositionCounts
 from sporadik_dask.write.pieces import Piece
 
@@ -28,6 +30,8 @@ class Counted(NamedTuple):
     #: ``spans[i, k]`` is the first and last position piece ``i`` holds along counted axis ``k``
     #: (``(length, -1)`` for an empty piece), shape ``(pieces, axes, 2)``.
     spans: npt.NDArray[np.int64]
+    #: The range of the values, when asked for.
+    values: ValueRange | None = None
 
 
 class Tally(NamedTuple):
@@ -40,16 +44,19 @@ class Tally(NamedTuple):
     #: The positions each piece spans along each counted axis, as :attr:`Counted.spans`: a
     #: partition gathers parts from the pieces whose span meets it, and no others.
     spans: npt.NDArray[np.int64]
+    #: The range of every value (:mod:`~sporadik_dask.planning.dtypes`), when asked for.
+    values: ValueRange | None = None
 
 
-def count_piece(piece: Piece, extents: Sequence[tuple[int, int]]) -> Counted:
-    """Values per position along each ``(axis, length)``, and the positions the piece spans."""
+def count_piece(piece: Piece, extents: Sequence[tuple[int, int]], ranged: bool = False) -> Counted:
+    """Values per position along each ``(axis, length)``, the positions the piece spans, and
+    with ``ranged`` the range of its values."""
     spans = np.empty((1, len(extents), 2), dtype=np.int64)
     for k, (axis, length) in enumerate(extents):
         column = piece.coords[axis]
         spans[0, k] = (column.min(), column.max()) if column.size else (length, -1)
     counts = tuple(_counted(piece.coords[axis], length) for axis, length in extents)
-    return Counted(counts, spans)
+    return Counted(counts, spans, ValueRange.of(piece.data) if ranged else None)
 
 
 def _counted(positions: npt.NDArray[np.int64], length: int) -> PositionCounts:
@@ -64,10 +71,12 @@ def _counted(positions: npt.NDArray[np.int64], length: int) -> PositionCounts:
 
 
 def add_counts(*counted: Counted) -> Counted:
-    """Counts added together, axis by axis; spans joined in piece order."""
+    """Counts added together, axis by axis; spans joined in piece order; ranges merged."""
     columns = zip(*(c.counts for c in counted), strict=True)
     counts = tuple(_added(column) for column in columns)
-    return Counted(counts, np.concatenate([c.spans for c in counted]))
+    ranges = [c.values for c in counted if c.values is not None]
+    values = merge_ranges(*ranges) if ranges else None
+    return Counted(counts, np.concatenate([c.spans for c in counted]), values)
 
 
 def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
@@ -90,4 +99,4 @@ def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
 
 def tally(counted: Counted, repeats: int) -> Tally:
     """The count pass's result."""
-    return Tally(counted.counts, repeats, counted.spans)
+    return Tally(counted.counts, repeats, counted.spans, counted.values)

@@ -41,11 +41,14 @@ COUNT_FAN_IN = 8
 RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
 
-def count_graph(pieces: Pieces, shape: Sequence[int], axes: Sequence[int]) -> Delayed:
-    """A delayed :class:`~sporadik_dask.write.counting.Tally`: the pass fixing every ``indptr``."""
+def count_graph(
+    pieces: Pieces, shape: Sequence[int], axes: Sequence[int], ranged: bool = False
+) -> Delayed:
+    """A delayed :class:`~sporadik_dask.write.counting.Tally`: the pass fixing every ``indptr``,
+    and with ``ranged`` the range of every value (which picks the dtype a write stores)."""
     extents = tuple((int(axis), int(shape[axis])) for axis in axes)
-    name = f"sporadik-count-{tokenize(pieces.keys, pieces.repeats, extents)}"
-    layer = _count_layer(name, pieces.keys, pieces.repeats, extents)
+    name = f"sporadik-count-{tokenize(pieces.keys, pieces.repeats, extents, ranged)}"
+    layer = _count_layer(name, pieces.keys, pieces.repeats, extents, ranged)
     return Delayed(name, extend(pieces.graph, name, layer))
 
 
@@ -54,6 +57,7 @@ def _count_layer(
     pieces: Sequence[Key],
     repeats: Sequence[Key],
     extents: tuple[tuple[int, int], ...],
+    ranged: bool = False,
 ) -> Layer:
     """Pure: the count pass, whose result is the key ``name``.
 
@@ -67,7 +71,7 @@ def _count_layer(
     layer: Layer = {}
     level = []
     for i, piece in enumerate(pieces):
-        layer[(name, 0, i)] = (counting.count_piece, piece, extents)
+        layer[(name, 0, i)] = (counting.count_piece, piece, extents, ranged)
         level.append((name, 0, i))
     root = fan_in(layer, name, level, counting.add_counts, width=COUNT_FAN_IN)
     layer[name] = (counting.tally, root, (sum, list(repeats)))
@@ -235,6 +239,7 @@ def _write_layer(
             plan.bounds,
             plan.index_dtype,
             where if b >= first else None,
+            plan.dtype,
         )
 
     sources = plan.sources(len(pieces))

@@ -82,15 +82,19 @@ def split_piece(
     bounds: npt.NDArray[np.int64],
     index_dtype: npt.DTypeLike,
     spill_to: SpillTo | None = None,
+    dtype: npt.DTypeLike | None = None,
 ) -> list[Part] | list[SpilledPart]:
     """Split one piece's values by the partition their position along ``axis`` falls in.
 
     Positions and indices are narrowed to the layout's index width here, so every later copy
-    moves half the bytes of int64 when the layout is int32. With ``spill_to``, the parts go to
+    moves half the bytes of int64 when the layout is int32; values are cast to the layout's
+    ``dtype`` (the count pass checked each holds exactly). With ``spill_to``, the parts go to
     one file in its directory for where the task runs (if it has one), and what is returned
     says where.
     """
     coords, data = piece
+    if dtype is not None:
+        data = data.astype(dtype, copy=False)
     width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
     width = np.result_type(index_dtype, width)
     positions = coords[axis]

@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 import zarr
 from zarr.storage import StorePath
 
 from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.format.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
 from sporadik_dask.planning.budgets import held_pieces, partition_values
+from sporadik_dask.planning.dtypes import check_dtype_option, stored_dtype
 from sporadik_dask.planning.plan import LayoutPlan, plan_layout
 from sporadik_dask.store.codecs import Codecs, check_codecs, compressors_for
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
@@ -76,8 +78,11 @@ def plan_source(
     byte_addressable: bool,
     partition_bytes: int | None,
     shard: int | None = None,
+    dtype: npt.DTypeLike | None = None,
 ) -> dict[int, LayoutPlan]:
-    """Count the source's values per position along each axis (one pass), and plan each layout."""
+    """Count the source's values per position along each axis (one pass), and plan each layout,
+    its values stored in the dtype ``dtype`` asks for (:mod:`~sporadik_dask.planning.dtypes`),
+    found from the range of values the same pass finds."""
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
     if shard is not None and byte_addressable:
@@ -85,12 +90,16 @@ def plan_source(
             "shard= and byte_addressable=True contradict each other: a byte-addressable array "
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
-    counts, repeats, spans = count_graph(source.pieces, source.shape, axes).compute()
+    ranged = check_dtype_option(dtype) is not None
+    counts, repeats, spans, found = count_graph(
+        source.pieces, source.shape, axes, ranged=ranged
+    ).compute()
     if repeats and duplicates == "refuse":
         raise LayoutError(
             f"{repeats} values name a cell another value already names. With duplicates='refuse' "
             "nothing was written; pass duplicates='sum' to add them together, as scipy does."
         )
+    stored = stored_dtype(dtype, source.dtype, found)
     target = partition_values(source.dtype, partition_bytes)
     rank = len(source.shape)
     return {
@@ -99,7 +108,7 @@ def plan_source(
             axis,
             tuple(a for a in range(rank) if a != axis),
             column,
-            source.dtype,
+            stored,
             partition_values=target,
             chunk=chunk,
             byte_addressable=byte_addressable,
@@ -215,6 +224,7 @@ def to_sporadik(
     shard: int | None = None,
     byte_addressable: bool = False,
     codecs: Codecs = "zstd",
+    dtype: npt.DTypeLike | None = None,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: Literal[True] = True,
@@ -236,6 +246,7 @@ def to_sporadik(
     shard: int | None = None,
     byte_addressable: bool = False,
     codecs: Codecs = "zstd",
+    dtype: npt.DTypeLike | None = None,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: Literal[False],
@@ -256,6 +267,7 @@ def to_sporadik(
     shard: int | None = None,
     byte_addressable: bool = False,
     codecs: Codecs = "zstd",
+    dtype: npt.DTypeLike | None = None,
     duplicates: Duplicates = "sum",
     overwrite: bool = False,
     compute: bool = True,
@@ -282,6 +294,13 @@ def to_sporadik(
         named get ``"zstd"``): ``"zstd"`` (the default), ``"blosc-zstd"`` (the fewest bytes) or
         ``"blosc-lz4"`` (the fastest decode). zarr-python, the reference, anndata and zarrita
         read every one; see the benchmarks page for bytes and speed.
+    dtype
+        The dtype the values are stored in: their own (None, the default), ``"smallest-integer"``
+        (the narrowest integer dtype holding every value: uint8 or uint16 for most counts kept as
+        float32, unsigned unless a value is negative), or an integer dtype (``"uint16"``). Every
+        value must be a whole number the dtype holds; the pass that counts values per position
+        checks each, and a value that is not refuses the write before anything is written,
+        naming it (a cast would store another number without an error).
     shard
         Elements per object (default: one object per chunk). With it each array is sharded
         (zarr's ``sharding_indexed``): ``shard`` elements in one object, each chunk still read by
@@ -318,6 +337,7 @@ def to_sporadik(
         the write is computed.
     """
     _check_codecs(codecs, byte_addressable)
+    check_dtype_option(dtype)
     inputs = _read_from(x)
     check_target(store, overwrite=overwrite, storage_options=storage_options, inputs=inputs)
     source = source_of(x, shape=shape, columns=columns, values=values)
@@ -329,6 +349,7 @@ def to_sporadik(
         byte_addressable=byte_addressable,
         partition_bytes=partition_bytes,
         shard=shard,
+        dtype=dtype,
     )
     skeleton, arrays = _skeleton(
         store,

@@ -150,6 +150,24 @@ def test_codecs_chosen_per_array_are_the_ones_written_the_reference_reads_and_in
     assert "data blosc-lz4/bitshuffle" in capsys.readouterr().out
 
 
+def test_counts_kept_as_floats_convert_to_the_narrowest_integer_dtype_holding_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = sp.random(80, 30, density=0.1, format="csr", random_state=1, dtype=np.float32)
+    matrix.data[:] = np.arange(matrix.nnz) % 9 + 1
+    matrix.data[0] = 300  # needs uint16
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    out = tmp_path / "out.zarr"
+    command = ["convert", str(tmp_path / "m.npz"), str(out), "--quiet"]
+    assert main([*command, "--dtype", "smallest-integer", "--codecs", "blosc-zstd"]) == 0
+    assert stored(zarr.open_group(out / "layouts" / "axis1", mode="r"), "data").dtype == "u2"
+    np.testing.assert_array_equal(read_back(out), matrix.toarray())
+    assert main(["info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "uint16"
+    assert main(["convert", str(out), str(out), "--dtype", "uint8", "--quiet"]) == 2
+    assert "--dtype applies to a new store" in capsys.readouterr().err
+
+
 def test_converting_a_store_adds_its_missing_layouts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -384,6 +402,29 @@ MISTAKES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "a chain no reader knows": (
         lambda p: [*_truncated_h5ad(p), "--codecs", "gzip"],
         r"--codecs 'gzip' for data; choose one of 'zstd', 'blosc-zstd', 'blosc-lz4'",
+    ),
+    "counts past a named integer dtype": (
+        lambda p: [
+            _table(p, "r,c,v\n0,0,1\n1,2,300\n"),
+            str(p / "o.zarr"),
+            *["--columns", "r", "c", "--values", "v", "--shape", "9", "9"],
+            *["--dtype", "uint8"],
+        ],
+        r"--dtype 'uint8' holds 0\.\.255, but the values run from 1 to 300",
+    ),
+    "values that are no whole numbers as integers": (
+        lambda p: [
+            _table(p, "r,c,v\n0,0,1.5\n"),
+            str(p / "o.zarr"),
+            *["--columns", "r", "c", "--values", "v", "--shape", "9", "9"],
+            *["--dtype", "smallest-integer"],
+        ],
+        r"--dtype 'smallest-integer' stores every value as an integer, but the values "
+        r"\(dtype float64\) hold 1\.5, which is no whole number",
+    ),
+    "a float dtype": (
+        lambda p: [*_truncated_h5ad(p), "--dtype", "float16"],
+        r"--dtype 'float16' is neither 'smallest-integer'",
     ),
     "one chain and chains by name": (
         lambda p: [*_truncated_h5ad(p), "--codecs", "blosc-lz4", "data=zstd"],
