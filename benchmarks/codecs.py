@@ -298,8 +298,9 @@ def main() -> None:
         f"{os.cpu_count()} cores (load average at the end {load}), the threaded scheduler. The "
         "least of the rounds, by the clock and, in brackets, in CPU seconds of every thread. "
         '*dtype*: `dtype="smallest-integer"` stores the counts as the narrowest integer '
-        "dtype holding them (uint16 here). *full pass*: `totals` per cell and per gene, each "
-        "value read once in each layout; *decode*: every chunk of one layout's `data` and "
+        "dtype holding them (uint16 for the realistic matrix, uint8 for the uniform one). "
+        "*full pass*: `totals` per cell and per gene, each value read once in each layout; "
+        "*decode*: every chunk of one layout's `data` and "
         "`indices` decoded into one array (`store.chunks.read_joined`), no pass. BPCells' *full "
         "pass* is one whole read of its cell-major matrix into scipy (`DirMatrix[:, :]`), its "
         "*write both* the two orders.",

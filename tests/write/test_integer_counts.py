@@ -68,6 +68,21 @@ def test_float_counts_are_stored_as_the_narrowest_unsigned_dtype_and_read_back_e
 
 
 @pytest.mark.parametrize(
+    "how", [{"chunk": 16, "shard": 64}, {"byte_addressable": True}], ids=["shards", "raw"]
+)
+def test_sharded_and_byte_addressable_stores_take_the_integer_dtype_too(
+    tmp_path: Path, how: dict[str, Any]
+) -> None:
+    dense = _counts((50, 30), 1_000)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(da.from_array(dense, chunks=11), path, dtype="smallest-integer", **how)
+    assert _stored(path, "axis1") == {"data": np.dtype("u2"), "maxima": np.dtype("u2")}
+    with sporadik.open_array(path) as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+    assert sd.validate(path).nnz == np.count_nonzero(dense)
+
+
+@pytest.mark.parametrize(
     ("low", "high", "expected"), [(-128, 127, "i1"), (-129, 5, "i2"), (-3, 40_000, "i4")]
 )
 def test_negative_whole_numbers_are_stored_signed_their_maxima_unsigned(
