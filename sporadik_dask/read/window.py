@@ -425,7 +425,9 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     axis in blocks of 5 gives 6 values, not 4). Slices of step 1 keep the blocks dask would
     give; with a list or an array, the blocks split its positions (as many blocks as ``x``
     had) and are whole along every other axis, so each selected run is read by one task:
-    blocks cut along another axis would each read every selected run again. A read of
+    blocks cut along another axis would each read every selected run again. Where no layout
+    the reads go through runs along the list, the list is one block instead, cut as ``x`` was
+    along the other axes: each block of the list would read every run. A read of
     ``sparse.GCXS`` blocks leaves slices of step 1 and integers to dask, fused into its reads
     in their format. The result is a :class:`SporadikArray` of ``sparse.COO`` blocks.
     """
