@@ -252,6 +252,8 @@ def _csr_view(
     """
     import scipy.sparse
 
+    if indices.dtype != indptr.dtype:  # scipy's kernels take one index dtype for both
+        indices = indices.astype(indptr.dtype)
     matrix = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
     matrix.indptr, matrix.indices, matrix.data = indptr, indices, data
     return matrix
