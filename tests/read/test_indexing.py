@@ -5,7 +5,7 @@ shape."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -22,16 +22,24 @@ from tests.helpers import StoreKind, random_dense
 CASES = {2: ((7, 6), "float32"), 3: ((5, 6, 4), "int64"), 4: ((4, 3, 5, 3), "uint8")}
 
 
+class Written(NamedTuple):
+    """A store of the module's: the dense array it holds, where it is, what reaches it."""
+
+    dense: npt.NDArray[Any]
+    where: Any
+    options: dict[str, Any]
+
+
 @pytest.fixture(scope="module")
-def stores(module_store_kind: StoreKind) -> dict[int, tuple[npt.NDArray[Any], sd.StoreReader]]:
+def stores(module_store_kind: StoreKind) -> dict[int, Written]:
     """One store per rank on the module's store kind, every axis a layout, zarr chunks of 4
-    values (runs cross them), and a reader of it."""
+    values (runs cross them)."""
     kind, made = module_store_kind, {}
     for rank, (shape, dtype) in CASES.items():
         dense = random_dense(np.random.default_rng(rank), shape, 0.4, dtype=dtype)
         where = kind.beside(f"rank{rank}.zarr")
         sd.to_sporadik(dense, where, **kind.writing(chunk=4), **kind.options)
-        made[rank] = (dense, sd.StoreReader(where, **kind.options))
+        made[rank] = Written(dense, where, kind.options)
     return made
 
 
@@ -70,9 +78,10 @@ def check(result: Any, expected: npt.NDArray[Any]) -> None:
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
-    stores: dict[int, tuple[npt.NDArray[Any], sd.StoreReader]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, reader = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     key = tuple(data.draw(indexers(size), label=f"axis {a}") for a, size in enumerate(dense.shape))
     expected = outer(dense, key)
     check(reader.read(key), expected)
@@ -85,9 +94,10 @@ def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
-    stores: dict[int, tuple[npt.NDArray[Any], sd.StoreReader]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, reader = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     given_axes = data.draw(st.integers(0, dense.ndim), label="axes given")
     head = tuple(data.draw(indexers(dense.shape[a])) for a in range(given_axes))
     full = head + (slice(None),) * (dense.ndim - given_axes)
@@ -98,9 +108,10 @@ def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_pointwise_indexing_reads_numpys_vectorized_indexing(
-    stores: dict[int, tuple[npt.NDArray[Any], sd.StoreReader]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, reader = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     shape = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2), label="points' shape"))
     key = tuple(
         data.draw(arrays(np.int64, shape, elements=st.integers(-size, size - 1)), label=f"{a}")
