@@ -22,8 +22,8 @@ import sporadik_dask as sd
 from sporadik_dask.read.dask_model import EXPRESSIONS, graph_names, source_of
 from sporadik_dask.read.window import SporadikArray
 from tests.helpers import RecordingStore, open_dataset, random_dense
-from tests.read.test_indexing import indexers
-from tests.read.test_indexing import stores as stores  # the module's stores, rank 2 to 4
+from tests.read.test_indexing import Written, indexers
+from tests.read.test_indexing import stores as stores  # rank 2 to 4, on every store kind
 
 
 def backwards(size: int) -> st.SearchStrategy[slice]:
@@ -61,12 +61,12 @@ def dense_of(result: Any) -> npt.NDArray[Any]:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
     chunks = tuple(data.draw(st.integers(1, size), label="block") for size in dense.shape)
     key = data.draw(numpy_keys(dense.shape), label="key")
-    x = sd.from_sporadik(path, chunks=chunks)
+    x = sd.from_sporadik(where, chunks=chunks, **options)
     try:
         expected = dense[key]
     except IndexError:
@@ -89,10 +89,10 @@ def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(
     ],
 )
 def test_an_array_and_an_integer_an_ellipsis_or_none_apart_go_first_as_in_numpy(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], key: tuple[Any, ...]
+    stores: dict[int, Written], key: tuple[Any, ...]
 ) -> None:
-    dense, path = stores[3]
-    got = dense_of(sd.from_sporadik(path, chunks=(1, 1, 1))[key].compute())
+    dense, where, options = stores[3]
+    got = dense_of(sd.from_sporadik(where, chunks=(1, 1, 1), **options)[key].compute())
     assert got.shape == dense[key].shape
     np.testing.assert_array_equal(got, dense[key])
 
