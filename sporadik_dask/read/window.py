@@ -338,7 +338,10 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     listed = [at for at, (part, _, _) in enumerate(kept) if not isinstance(part, slice)]
     if listed:  # blocks split the listed positions, whole along the rest: each run read once
         along = len(kept[listed[0]][1])
-        blocks = max(1, min(math.prod(x.numblocks), along))
+        # as many as x's blocks the selected share of its cells fills: blocks of a small
+        # selection would each be held beside their join (50,000 x 2,000 scattered: 3.4x)
+        share = math.prod(len(got) / max(x.shape[a], 1) for _, got, a in kept)
+        blocks = max(1, min(math.ceil(share * math.prod(x.numblocks)), along))
         chunks = [(len(got),) for _, got, _ in kept]
         chunks[listed[0]] = _cut(along, -(-along // blocks))
     window = _window(source, picked)

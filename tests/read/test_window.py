@@ -139,6 +139,25 @@ def test_a_list_or_mask_of_from_sporadik_reads_only_its_runs(tmp_path: Path, kin
     assert len(runs) < len({key for key in everything if "indptr" not in key}) / 2
 
 
+def test_a_selection_has_as_many_blocks_as_its_share_of_the_cells_fills(tmp_path: Path) -> None:
+    """Blocks of a small selection would each be held beside their join (50,000 x 2,000
+    scattered of 60,000 x 20,000 peaked at 3.4x the result): it is one block, read by one task,
+    and a selection of most cells keeps the blocks of the store's read."""
+    dense = random_dense(np.random.default_rng(8), (400, 300), 0.2)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=64)
+    x = sd.from_sporadik(path, chunks=(50, 300))
+    rng = np.random.default_rng(9)
+    cells, genes = rng.choice(400, 100, replace=False), rng.choice(300, 60, replace=False)
+    small = x[cells][:, genes]
+    assert small.numblocks == (1, 1)
+    np.testing.assert_array_equal(small.compute().todense(), dense[cells][:, genes])
+    most = rng.choice(400, 380, replace=False)
+    large = x[most]
+    assert large.numblocks == (8, 1)
+    np.testing.assert_array_equal(large.compute().todense(), dense[most])
+
+
 def test_integers_and_plain_slices_are_reads_of_a_window_in_the_blocks_dask_gives(
     tmp_path: Path,
 ) -> None:
