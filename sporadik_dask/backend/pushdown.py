@@ -198,6 +198,9 @@ def _pushed_data(
             return reduce_store_dask(
                 source, op, target, spans, skipna=skipna, ddof=ddof, dense=dense
             )
+        window = _window_reduced(source, target, op, skipna=skipna, ddof=ddof, dense=dense)
+        if window is not None:
+            return window
         return reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
     beneath = backend_under(held)
     if beneath.backend is not None and beneath.whole:  # the store's runs, in the view's order
@@ -285,6 +288,33 @@ def _selection_reduced(
         return None
     data = reduce_store(reader, op, grouped, skipna=skipna, ddof=ddof, dense=dense)
     return data.reshape(target.out_shape)
+
+
+def _window_reduced(
+    source: Any, target: Any, op: Any, *, skipna: bool, ddof: int, dense: bool
+) -> Any:
+    """``op`` over a chunked selection (a read of a window of the store) in the store's pass,
+    as :func:`_selection_reduced` does lazily, or None for a reduction of its blocks: a window
+    with an axis an integer dropped, a sparse result, or a selection estimated under
+    ``sporadik.selection-read-values`` values (its blocks cost what it selects)."""
+    import dask
+
+    from sporadik_dask.planning.budgets import SELECTION_READ_VALUES
+    from sporadik_dask.read.window import StoreWindow
+    from sporadik_dask.reduce.selection import reduce_selection_dask
+
+    if not isinstance(source, StoreWindow) or source.dropped or not dense:
+        return None
+    reader = source.reader
+    pairs = list(zip(source.positions, reader.shape, strict=True))
+    chosen = [
+        None if isinstance(p, range) and p == range(n) else np.asarray(p, dtype=np.int64)
+        for p, n in pairs
+    ]
+    small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
+    if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
+        return None
+    return reduce_selection_dask(reader, chosen, target, op, skipna=skipna, ddof=ddof)
 
 
 def _transformed_dask(

@@ -335,6 +335,39 @@ def test_a_reduction_of_a_lazy_selection_equals_numpy_and_leaves_nothing_held(
     assert (backend_under(picked.variable._data).backend is not None) != added_twice
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's mean of no value
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "var"])
+@pytest.mark.parametrize("name", list(SELECTIONS))
+def test_a_reduction_of_a_chunked_selection_is_the_stores_pass_and_equals_numpy(
+    store: tuple[Path, npt.NDArray[Any]], op: str, name: str
+) -> None:
+    """Reduced by its blocks, a chunked selection held the blocks in flight (a mask of 84 % of
+    cells and 5,000 genes: 131 MB traced against 36 MB lazily); the store's pass holds what
+    the lazy one does."""
+    path, dense = store
+    indexers, key = SELECTIONS[name]
+    picked = xr.open_dataset(path, engine="sporadik", chunks={})["x"].isel(indexers)
+    values = dense[key]
+    if name in _GENES:
+        values = values[:, _GENES[name]]
+    if values.size == 0 and op in ("max", "min"):
+        return  # numpy and xarray raise on an empty max
+    passes = 0
+    for dims in [("cell",), ("gene",), None]:
+        axes = None if dims is None else tuple(picked.get_axis_num(d) for d in dims)
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            result = getattr(picked, op)(dims)
+        passes += any("sporadik-selection" in str(k) for k in result.data.__dask_graph__())
+        expected = _expected(values, op, axes)
+        np.testing.assert_allclose(
+            np.asarray(result.values, dtype=np.float64),
+            expected.astype(np.float64),
+            rtol=1e-5,
+            equal_nan=True,
+        )
+    assert passes > 0
+
+
 def test_a_lazy_selection_of_few_values_is_read_then_reduced(
     store: tuple[Path, npt.NDArray[Any]],
 ) -> None:
