@@ -103,6 +103,7 @@ def test_every_public_name_is_exported_and_exists() -> None:
         assert hasattr(sporadik_dask, name), name
 
 
+@pytest.mark.slow
 def test_public_names_load_on_first_use_and_a_submodule_never_hides_a_function() -> None:
     script = (
         "import sys\n"
