@@ -39,6 +39,7 @@ def test_environment_yml_names_the_same_dependencies_as_pyproject() -> None:
     assert conda == declared
 
 
+@pytest.mark.slow
 def test_the_package_runs_without_the_reference_installed(tmp_path: Path) -> None:
     script = (
         "import sys; sys.modules['sporadik'] = None\n"

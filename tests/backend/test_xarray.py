@@ -53,6 +53,7 @@ def test_the_entry_point_opens_a_store_from_a_fresh_process(tmp_path: Path) -> N
     assert done.stdout.split() == ["COO", "4"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", [None, {}])
 def test_the_accessor_works_on_a_dask_worker(
     tmp_path: Path, client: Client, chunks: dict[str, int] | None
