@@ -47,6 +47,7 @@ def store(
     return path, dense
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
 @pytest.mark.parametrize("op", OPS)
@@ -252,6 +253,7 @@ def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values(
     np.testing.assert_allclose(fields["total"].ravel(), [-np.inf, np.log(6.0)])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 64}], ids=["lazy", "chunks={}", "chunks=64"])
 def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
@@ -301,6 +303,7 @@ _GENES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's mean of no value
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", list(SELECTIONS))

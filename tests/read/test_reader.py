@@ -114,6 +114,7 @@ def test_any_selection_reads_the_dense_values_through_the_reader(
     np.testing.assert_array_equal(result.todense(), outer(dense, key))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=stores(backwards=False))
 def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
@@ -185,6 +186,7 @@ def test_gcxs_chunks_are_the_layouts_own_arrays_and_hold_the_dense_values(
         np.testing.assert_array_equal(split.compute().todense(), dense)
 
 
+@pytest.mark.slow
 def test_gcxs_of_float16_values_is_refused_naming_the_cause_and_coo_still_reads(
     tmp_path: Path,
 ) -> None:

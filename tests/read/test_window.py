@@ -259,6 +259,7 @@ def test_reductions_of_from_sporadik_along_some_axes_are_one_pass_with_numpys_va
     np.testing.assert_allclose(dense_of(kept), dense.sum(0, keepdims=True))
 
 
+@pytest.mark.slow
 def test_numpys_reductions_of_from_sporadik_over_all_axes_and_skipping_nans_are_numpys(
     tmp_path: Path,
 ) -> None:
