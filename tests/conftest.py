@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import settings
 
+from tests.helpers import S3_SLOW
+
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
 
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
     from tests.helpers import S3Bucket, StoreKind
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: The ``store_kind`` fixture's kinds.
+STORE_KINDS = ["local", "memory", "s3", "sharded"]
 
 # no deadline for any example: the suite must pass on a loaded machine, where a plan test took
 # past hypothesis's 200 ms default
@@ -72,12 +77,7 @@ def loopback() -> Iterator[tuple[LoopbackS3, S3Proxy]]:
         yield server, proxy
 
 
-@pytest.fixture(params=["local", "memory", "s3", "sharded"])
-def store_kind(request: pytest.FixtureRequest, tmp_path: Path) -> StoreKind:
-    """Where a store goes, as zarr-python's tests parametrize theirs: a local directory, a zarr
-    ``MemoryStore``, a bucket on the S3 server, and a local directory written sharded. Each is a
-    :class:`tests.helpers.StoreKind`: the store (a path, a store object or a URL), the
-    ``storage_options`` that reach it, and what a write to it passes besides."""
+def _store_kind(request: pytest.FixtureRequest, directory: Path) -> StoreKind:
     import uuid
 
     from zarr.storage import MemoryStore
@@ -92,4 +92,23 @@ def store_kind(request: pytest.FixtureRequest, tmp_path: Path) -> StoreKind:
         bucket: S3Bucket = request.getfixturevalue("s3")
         url = f"s3://{bucket['bucket']}/{uuid.uuid4().hex}/counts.zarr"
         return StoreKind(kind, url, bucket["storage_options"], chunked)
-    return StoreKind(kind, tmp_path / "counts.zarr", None, chunked)
+    return StoreKind(kind, directory / "counts.zarr", None, chunked)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest, tmp_path: Path) -> StoreKind:
+    """Where a store goes, as zarr-python's tests parametrize theirs: a local directory, a zarr
+    ``MemoryStore``, a bucket on the S3 server, and a local directory written sharded. Each is a
+    :class:`tests.helpers.StoreKind`: the store (a path, a store object or a URL), the
+    ``storage_options`` that reach it, and what a write to it passes besides. A test taking
+    fewer kinds, or marking one slow, parametrizes it with ``indirect=True``."""
+    return _store_kind(request, tmp_path)
+
+
+@pytest.fixture(scope="module", params=S3_SLOW)
+def module_store_kind(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreKind:
+    """``store_kind`` shared by a module's tests, for stores written once and read by many
+    cases; its S3 case, where every chunk read is a request, is marked slow."""
+    return _store_kind(request, tmp_path_factory.mktemp("store-kind"))

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 import scipy.sparse as sp
 import sporadik
 import xarray as xr
@@ -23,6 +24,10 @@ from zarr.storage import MemoryStore, StoreLike, WrapperStore
 
 from sporadik_dask.store.zarr_adapter import Buffer, BufferPrototype, buffer_prototype, run
 from sporadik_dask.testing import LoopbackS3, S3Proxy
+
+#: The store kinds for a test whose many cases would cost minutes on the S3 server: its S3
+#: cases are marked slow (``pytest.mark.parametrize("store_kind", S3_SLOW, indirect=True)``).
+S3_SLOW = ["local", "memory", "sharded", pytest.param("s3", marks=pytest.mark.slow)]
 
 
 class StoreKind(NamedTuple):
@@ -38,6 +43,53 @@ class StoreKind(NamedTuple):
     def options(self) -> dict[str, Any]:
         """``storage_options=`` for every call, when the kind needs them."""
         return {} if self.storage_options is None else {"storage_options": self.storage_options}
+
+    def writing(self, chunk: int | None = None) -> dict[str, Any]:
+        """What a write here passes, with ``chunk`` in place of the kind's own when given (the
+        sharded kind's shard stays four chunks, a multiple of the chunk as it must be)."""
+        if chunk is None:
+            return dict(self.write_options)
+        return {"chunk": chunk, **({"shard": 4 * chunk} if "shard" in self.write_options else {})}
+
+    def beside(self, name: str) -> Any:
+        """Another location of this kind, named ``name``: a directory or a key beside the
+        kind's own, or a memory store of its own."""
+        if isinstance(self.store, Path):
+            return self.store.parent / name
+        if isinstance(self.store, str):
+            return f"{self.store.rsplit('/', 1)[0]}/{name}"
+        return MemoryStore()
+
+    def holding_reference(
+        self,
+        dense: npt.NDArray[Any],
+        orders: Mapping[int, Sequence[int]],
+        chunk: int,
+        scratch: Path,
+    ) -> Any:
+        """The store here holding ``dense`` as the reference writes it (one layout per key of
+        ``orders``): written in place for the local kind, its files copied into the memory store
+        or the bucket. The reference does not shard, so the sharded kind is written by
+        ``to_sporadik`` with the same layouts, sharded (index orders then the writer's own)."""
+        import sporadik_dask as sd
+
+        if self.name == "sharded":
+            sd.to_sporadik(dense, self.store, axes=tuple(orders), **self.writing(chunk))
+            return self.store
+        if self.name == "local":
+            write_reference(self.store, dense, orders, chunk=chunk)
+            return self.store
+        path = write_reference(scratch / "reference.zarr", dense, orders, chunk=chunk)
+        target: Store = self.store
+        if self.name == "s3":
+            from zarr.storage import FsspecStore
+
+            target = FsspecStore.from_url(self.store, storage_options=self.storage_options)
+        for file in sorted(path.rglob("*")):
+            if file.is_file():
+                key = file.relative_to(path).as_posix()
+                run(target.set(key, buffer_prototype().buffer.from_bytes(file.read_bytes())))
+        return self.store
 
 
 class S3Bucket(TypedDict):

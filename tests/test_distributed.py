@@ -17,6 +17,9 @@ from distributed import Client, get_task_stream
 import sporadik_dask as sd
 from tests.helpers import S3Bucket, random_dense
 
+#: A cluster of worker processes in every test: slow.
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("rank", [2, 3])
 def test_a_cluster_writes_what_the_threaded_scheduler_writes(

@@ -39,6 +39,7 @@ def test_environment_yml_names_the_same_dependencies_as_pyproject() -> None:
     assert conda == declared
 
 
+@pytest.mark.slow
 def test_the_package_runs_without_the_reference_installed(tmp_path: Path) -> None:
     script = (
         "import sys; sys.modules['sporadik'] = None\n"
@@ -103,6 +104,7 @@ def test_every_public_name_is_exported_and_exists() -> None:
         assert hasattr(sporadik_dask, name), name
 
 
+@pytest.mark.slow
 def test_public_names_load_on_first_use_and_a_submodule_never_hides_a_function() -> None:
     script = (
         "import sys\n"

@@ -373,6 +373,7 @@ def _outcome_is_a_refusal_or_the_true_values(path: Path, dense: npt.NDArray[Any]
 FUZZ_EXAMPLES = int(os.environ.get("SPORADIK_FUZZ_EXAMPLES", "150"))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=FUZZ_EXAMPLES,
     deadline=None,

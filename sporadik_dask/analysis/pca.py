@@ -1,12 +1,13 @@
 """PCA of a store's log-normalized values over a selection of genes, out of core.
 
-Centered implicitly, as scanpy's sparse paths do, so no block is made dense: each block of
-cells (a read of the selected genes only, the recorded elementwise steps applied to its values
-in numpy) gives its count, its mean per gene and its genes-by-genes co-moment, from the sparse
-Gram matrix ``Xᵀ X`` of the block; blocks merge in a tree by Chan's formula (the matrix form of
-dask's ``moment_combine``). The covariance's top eigenvectors are the components; a second pass
-projects each block, ``X V - mean V``. Memory per task: a block's values and a few genes-by-genes
-matrices (32 MB each at 2,000 genes).
+Centered implicitly, as scanpy's sparse paths do, so no block is made dense: each span of cells
+(the runs of the store's layout along the cells, read straight from the reader; or, for any other
+dask array, each block of cells) selects the genes from its coordinates, applies the recorded
+elementwise steps to their values in numpy, and gives its count, its mean per gene and its
+genes-by-genes co-moment, from the sparse Gram matrix ``Xᵀ X``; pieces merge in a tree by Chan's
+formula (the matrix form of dask's ``moment_combine``). The covariance's top eigenvectors are the
+components; a second pass projects each piece, ``X V - mean V``. Memory per task: a piece's
+values and a few genes-by-genes matrices (32 MB each at 2,000 genes).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy.typing as npt
 
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
+from sporadik_dask.read.window import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
 __all__ = ["CoMoments", "Components", "pca"]
@@ -104,10 +106,10 @@ def pca(
             f"n_comps={n_comps!r} components of {cells} cells by {genes.size} genes: there "
             f"are at most {min(genes.size, cells)}; ask for fewer."
         )
-    blocks = _Blocks.of(data, axis, genes)
-    moments = blocks.merged()
+    pieces = _Pieces.of(data, axis, genes)
+    moments = pieces.merged()
     (found,) = dask.compute(dask.delayed(components_of, pure=True)(moments, n_comps))
-    projected = blocks.projected(found, np.dtype(dtype))
+    projected = pieces.projected(found, np.dtype(dtype))
     gene_coords = {}
     if genes_dim in data.coords:
         gene_coords = {genes_dim: data.coords[genes_dim].isel({genes_dim: genes})}
@@ -138,67 +140,65 @@ def _selected(mask_var: Any, genes: int) -> npt.NDArray[np.int64]:
     return np.flatnonzero(mask).astype(np.int64)
 
 
-class _Blocks(NamedTuple):
-    """The blocks of cells of a read, whole along the genes, with the steps' operands of each."""
+class _Pieces(NamedTuple):
+    """Pieces of cells, each a call giving its cells by the selected genes as a CSR matrix."""
 
-    #: dask array of the read (the store's raw values, or any dask array of values).
-    read: Any
-    steps: Steps
-    axis: int
-    #: Each gene's column among the selected genes, -1 for a gene left out (delayed).
-    columns: Any
-    #: Per block of cells, the vector operands (delayed) in the order the steps number them.
-    operands: list[list[Any]]
+    #: Per piece, ``(load, *arguments)`` (some arguments delayed): ``load(*arguments)``.
+    loads: list[tuple[Any, ...]]
+    #: Cells per piece.
+    cells: list[int]
 
     @classmethod
-    def of(cls, data: Any, axis: int, genes: npt.NDArray[np.int64]) -> _Blocks:
-        """The store's own read beneath ``data`` when ``data`` is a whole store's read with
-        recorded steps, else ``data``'s blocks; either joined along the genes.
+    def of(cls, data: Any, axis: int, genes: npt.NDArray[np.int64]) -> _Pieces:
+        """Spans of the runs of the store's layout along the cells when ``data`` is a whole
+        store's read with recorded steps, else ``data``'s blocks joined along the genes.
 
-        The genes are selected in each block's task, from the block's coordinates: a read of
-        a list of genes is cut into blocks of genes, not of cells, and dask's own selection of
+        The genes are selected in each piece's task, from its coordinates: a read of a list of
+        genes is cut into blocks of genes, not of cells, and dask's own selection of
         ``sparse.COO`` blocks scans every coordinate once per gene (12 s where the whole read
-        took 0.2 s)."""
+        took 0.2 s). A span's runs come straight from the reader, with no ``sparse.COO`` made
+        (the read of 23 M values as blocks took 9 s of a 17 s pass)."""
         import dask
-        import dask.array as da
 
+        columns = np.full(data.shape[1 - axis], -1, dtype=np.int64)
+        columns[genes] = np.arange(genes.size)
+        held = dask.delayed(columns, pure=True)
         found = recorded_read(data)
-        if found is None:
-            read, vectors = data.data, ()
-            steps = Steps((), np.dtype(data.dtype), np.dtype(data.dtype))
-        else:  # the vectors (a total per cell) computed once, not again in each pass
-            read, steps = found.source, found.steps
-            vectors = dask.compute(*found.vectors)
+        reader = None if found is None else reader_of(found.source)
+        layouts = getattr(getattr(reader, "description", None), "layouts", {})
+        if found is None or axis not in layouts:
+            return cls._of_blocks(data, axis, held)
+        steps = found.steps
+        vectors = [np.asarray(v) for v in dask.compute(*found.vectors)]  # once, not per pass
+        spans = _span_bounds(reader, layouts[axis], found.source.numblocks[axis])
+        whole = [dask.delayed(v, pure=True) for v in vectors]
+        loads = []
+        for first, last in zip(spans[:-1].tolist(), spans[1:].tolist(), strict=True):
+            operands = [
+                v[first:last] if a == axis else w
+                for v, w, a in zip(vectors, whole, steps.axes, strict=True)
+            ]
+            loads.append((span_csr, reader, axis, (first, last), steps, held, *operands))
+        return cls(loads, np.diff(spans).tolist())
+
+    @classmethod
+    def _of_blocks(cls, data: Any, axis: int, columns: Any) -> _Pieces:
+        read = data.data
+        steps = Steps((), np.dtype(data.dtype), np.dtype(data.dtype))
         if read.numblocks[1 - axis] > 1:
             read = read.rechunk({1 - axis: -1}, method="tasks")
-        columns = np.full(read.shape[1 - axis], -1, dtype=np.int64)
-        columns[genes] = np.arange(genes.size)
-        pieces = []
-        vector: Any
-        for vector, vector_axis in zip(vectors, steps.axes, strict=True):
-            v = da.from_array(np.asarray(vector))
-            if vector_axis == axis:
-                pieces.append(list(v.rechunk((read.chunks[axis],)).to_delayed()))
-            else:
-                (whole,) = v.rechunk(-1).to_delayed()
-                pieces.append([whole] * read.numblocks[axis])
-        operands = [[p[i] for p in pieces] for i in range(read.numblocks[axis])]
-        return cls(read, steps, axis, dask.delayed(columns, pure=True), operands)
-
-    def _delayed_blocks(self) -> list[Any]:
-        blocks = self.read.to_delayed()
-        return list(blocks[:, 0] if self.axis == 0 else blocks[0, :])
+        blocks = read.to_delayed()
+        blocks = blocks[:, 0] if axis == 0 else blocks[0, :]
+        loads = [(block_csr, block, steps, axis, columns) for block in blocks]
+        return cls(loads, list(read.chunks[axis]))
 
     def merged(self) -> Any:
-        """The co-moments of every block, merged in a tree (delayed)."""
+        """The co-moments of every piece, merged in a tree (delayed)."""
         import dask
 
-        moments = dask.delayed(block_moments, pure=True)
+        moments = dask.delayed(piece_moments, pure=True)
         merge = dask.delayed(merge_moments, pure=True)
-        level = [
-            moments(block, self.steps, self.axis, self.columns, *operands)
-            for block, operands in zip(self._delayed_blocks(), self.operands, strict=True)
-        ]
+        level = [moments(*load) for load in self.loads]
         while len(level) > 1:
             level = [
                 merge(*level[i : i + MERGE_FAN_IN]) for i in range(0, len(level), MERGE_FAN_IN)
@@ -206,55 +206,92 @@ class _Blocks(NamedTuple):
         return level[0]
 
     def projected(self, found: Components, dtype: np.dtype[Any]) -> Any:
-        """Each block's cells on the components, as a dask array (cells by components)."""
+        """Each piece's cells on the components, as a dask array (cells by components)."""
         import dask
         import dask.array as da
 
-        project = dask.delayed(project_block, pure=True)
+        project = dask.delayed(project_piece, pure=True)
         axes = dask.delayed(found, pure=True, traverse=False)
         parts = [
             da.from_delayed(
-                project(block, self.steps, self.axis, self.columns, dtype, axes, *operands),
-                shape=(rows, found.components.shape[0]),
+                project(axes, dtype, *load),
+                shape=(cells, found.components.shape[0]),
                 dtype=dtype,
             )
-            for block, operands, rows in zip(
-                self._delayed_blocks(), self.operands, self.read.chunks[self.axis], strict=True
-            )
+            for load, cells in zip(self.loads, self.cells, strict=True)
         ]
         return da.concatenate(parts, axis=0)
 
 
+def _span_bounds(reader: Any, layout: Any, spans: int) -> npt.NDArray[np.int64]:
+    """Bounds of ``spans`` spans of the layout's positions, about equal in values."""
+    from sporadik_dask.planning.plan import partition_bounds
+
+    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    indptr = np.concatenate(([0], np.cumsum(hi - lo)))
+    bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    if bounds.size < 2:
+        bounds = np.array([0, layout.positions], dtype=np.int64)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def span_csr(
+    reader: Any,
+    axis: int,
+    span: tuple[int, int],
+    steps: Steps,
+    columns: npt.NDArray[np.int64],
+    *vectors: Any,
+) -> Any:
+    """The cells ``span`` of the layout along ``axis`` (a run each), as :func:`_csr` makes
+    them: the runs' indices and values read, nothing else."""
+    layout = reader.description.layouts[axis]
+    first, last = span
+    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+    indices, values = reader.runs(layout, lo, hi)
+    coords = [np.zeros(0, np.int64)] * 2
+    coords[axis] = np.repeat(np.arange(last - first, dtype=np.int64), hi - lo)
+    coords[1 - axis] = indices
+    return _csr(np.stack(coords), values, last - first, steps, axis, columns, vectors)
+
+
+def block_csr(
+    block: Any, steps: Steps, axis: int, columns: npt.NDArray[np.int64], *vectors: Any
+) -> Any:
+    """A block (``sparse.COO`` or anything ``sparse.as_coo`` takes) as :func:`_csr` makes it."""
+    import sparse
+
+    coo = sparse.as_coo(block)
+    return _csr(coo.coords, coo.data, coo.shape[axis], steps, axis, columns, vectors)
+
+
 def _csr(
-    block: Any,
+    coords: npt.NDArray[np.int64],
+    values: npt.NDArray[Any],
+    cells: int,
     steps: Steps,
     axis: int,
     columns: npt.NDArray[np.int64],
     vectors: tuple[Any, ...],
 ) -> Any:
-    """A block (``sparse.COO`` or anything ``sparse.as_coo`` takes) of the selected genes
-    (``columns``), the steps applied to its values, as a float64 ``csr_matrix`` of cells by
-    selected genes."""
+    """Values at ``coords`` (cells along ``axis``) of the selected genes (``columns``), the steps
+    applied, as a float64 ``csr_matrix`` of cells by selected genes."""
     import scipy.sparse as sp
-    import sparse
 
-    coo = sparse.as_coo(block)
-    column = columns[coo.coords[1 - axis]]
+    column = columns[coords[1 - axis]]
     kept = column >= 0
-    coords = coo.coords[:, kept]
+    coords = coords[:, kept]
     at = [np.asarray(v)[coords[a]] for v, a in zip(vectors, steps.axes, strict=True)]
-    values = evaluate(steps, coo.data[kept], at).astype(np.float64, copy=False)
-    shape = (coo.shape[axis], int(columns.max(initial=-1)) + 1)
+    values = evaluate(steps, values[kept], at).astype(np.float64, copy=False)
+    shape = (cells, int(columns.max(initial=-1)) + 1)
     return sp.csr_matrix((values, (coords[axis], column[kept])), shape=shape)
 
 
-def block_moments(
-    block: Any, steps: Steps, axis: int, columns: npt.NDArray[np.int64], *vectors: Any
-) -> CoMoments:
-    """A block's :class:`CoMoments`: the mean from the column sums, the co-moment as the
+def piece_moments(load: Any, *arguments: Any) -> CoMoments:
+    """A piece's :class:`CoMoments`: the mean from the column sums, the co-moment as the
     sparse Gram matrix less ``cells * outer(mean, mean)`` (float64; log-normalized values lose
-    no digit that matters there), merged across blocks without cancellation."""
-    x = _csr(block, steps, axis, columns, vectors)
+    no digit that matters there), merged across pieces without cancellation."""
+    x = load(*arguments)
     cells, genes = x.shape
     if cells == 0:
         return CoMoments(0, np.zeros(genes), np.zeros((genes, genes)))
@@ -295,17 +332,11 @@ def components_of(moments: CoMoments, n_comps: int) -> Components:
     return Components(moments.mean, axes, variance, variance / total)
 
 
-def project_block(
-    block: Any,
-    steps: Steps,
-    axis: int,
-    columns: npt.NDArray[np.int64],
-    dtype: np.dtype[Any],
-    found: Components,
-    *vectors: Any,
+def project_piece(
+    found: Components, dtype: np.dtype[Any], load: Any, *arguments: Any
 ) -> npt.NDArray[Any]:
-    """A block's cells, centered, on the components: ``X V - mean V``, X kept sparse."""
-    x = _csr(block, steps, axis, columns, vectors)
+    """A piece's cells, centered, on the components: ``X V - mean V``, X kept sparse."""
+    x = load(*arguments)
     axes = found.components.T
     out: npt.NDArray[Any] = (x @ axes - found.mean @ axes).astype(dtype)
     return out

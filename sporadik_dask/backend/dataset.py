@@ -19,7 +19,8 @@ from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
 from sporadik_dask.read import StoreReader
-from sporadik_dask.store.describe import check_as_opened, open_store
+from sporadik_dask.store.as_opened import check_as_opened
+from sporadik_dask.store.describe import open_store
 from sporadik_dask.store.labels import read_labels
 from sporadik_dask.store.storage import StoreLike
 

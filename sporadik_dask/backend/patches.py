@@ -80,9 +80,9 @@ def _pushdown(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def _grouped(factory: str, *, by_name: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-        from sporadik_dask.backend import pushdown
+        from sporadik_dask.backend import grouped
 
-        wrapped: Callable[..., Any] = getattr(pushdown, factory)(original, by_name=by_name)
+        wrapped: Callable[..., Any] = getattr(grouped, factory)(original, by_name=by_name)
         return wrapped
 
     return wrap

@@ -103,8 +103,8 @@ ESTIMATE_HEADROOM = 0.8
 #: Values a minibatch window (its batches, read together) aims at: every zarr chunk the window's
 #: positions touch is decoded once for all its batches, so a bigger window decodes fewer chunks
 #: per batch, and the loader holds its prefetch depth plus one of them (128 MiB each, of float32
-#: and int32). Uniform batches of 100,000 cells (30 M values) took half the CPU time in windows of
-#: 16 Mi values as in windows of 8 Mi (docs/benchmarks.md, "Minibatches for training").
+#: and int32). An epoch of uniform batches of 100,000 cells (30 M values) took a third less CPU
+#: time in windows of 16 Mi values than of 8 Mi (docs/benchmarks.md, "Minibatches for training").
 WINDOW_VALUES = 2**24
 
 #: Bytes of one coordinate of one value in a ``sparse.COO`` (int64).

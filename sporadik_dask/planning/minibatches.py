@@ -93,8 +93,9 @@ def balanced_window(batches: int, window: int) -> int:
     """Batches a window of ``batches`` holds, at most ``window``, as evenly as they allow.
 
     As few windows as ``window`` allows, each as full as the others: a short last window of
-    scattered positions decodes about as many zarr chunks as a full one (a window of 2,096
-    cells of 30,000 touched nearly all), so it is cut from the others, not added to them.
+    scattered positions decodes about as many zarr chunks as a full one (2,096 random cells of
+    30,000 at 300 values a cell touch 273 of its 274 chunks of 32,768), so the windows share the
+    batches evenly instead.
     """
     windows = max(1, -(-batches // window))
     return max(1, -(-batches // windows))

@@ -86,8 +86,8 @@ class Minibatches:
         One keeps decoding going while a window is consumed (each read decodes on every core):
         more only holds more memory.
     window
-        Batches read together; by default as many as hold about
-        :data:`~sporadik_dask.planning.budgets.WINDOW_VALUES` values.
+        Batches read together, at most (an epoch is cut into windows of even size); by default
+        as many as hold about :data:`~sporadik_dask.planning.budgets.WINDOW_VALUES` values.
     span
         Neighbouring positions per span, for ``shuffle="spans"``.
     shard, shards
@@ -246,12 +246,14 @@ def _csr_view(
 
     ``csr_matrix((data, indices, indptr), copy=False)`` copies ``indices`` and ``data`` when
     they are views of less than half an array (scipy's ``prune``), as every batch of a window
-    is: a copy of every value of the epoch, 40 % of its CPU time with a whole window held
-    twice while it is cut. The arrays are well formed (each run's indices checked as read), so
-    they are set on an empty matrix instead; a batch kept holds its window's arrays.
+    is: a copy of every value of the epoch, and a whole window held twice while it is cut.
+    The arrays are well formed (each run's indices checked as read), so they are set on an
+    empty matrix instead; a batch kept holds its window's arrays.
     """
     import scipy.sparse
 
+    if indices.dtype != indptr.dtype:  # scipy's kernels take one index dtype for both
+        indices = indices.astype(indptr.dtype)
     matrix = scipy.sparse.csr_matrix(shape, dtype=data.dtype)
     matrix.indptr, matrix.indices, matrix.data = indptr, indices, data
     return matrix

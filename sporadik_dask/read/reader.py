@@ -39,12 +39,11 @@ from sporadik_dask.read.selection import (
     distinct,
     normalize_points,
 )
+from sporadik_dask.store.as_opened import check_as_opened_async, check_store_as_opened_async
 from sporadik_dask.store.describe import (
     LayoutDescription,
     OpenedStore,
     StoreDescription,
-    check_as_opened_async,
-    check_store_as_opened_async,
     open_store,
     reopen_store_async,
 )

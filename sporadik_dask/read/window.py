@@ -425,7 +425,9 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     axis in blocks of 5 gives 6 values, not 4). Slices of step 1 keep the blocks dask would
     give; with a list or an array, the blocks split its positions (as many blocks as ``x``
     had) and are whole along every other axis, so each selected run is read by one task:
-    blocks cut along another axis would each read every selected run again. A read of
+    blocks cut along another axis would each read every selected run again. Where no layout
+    the reads go through runs along the list, the list is one block instead, cut as ``x`` was
+    along the other axes: each block of the list would read every run. A read of
     ``sparse.GCXS`` blocks leaves slices of step 1 and integers to dask, fused into its reads
     in their format. The result is a :class:`SporadikArray` of ``sparse.COO`` blocks.
     """
@@ -461,7 +463,10 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
         chunks[listed[0]] = (len(kept[listed[0]][1]),)
     elif listed:  # blocks split the listed positions, whole along the rest: each run read once
         along = len(kept[listed[0]][1])
-        blocks = max(1, min(math.prod(x.numblocks), along))
+        # as many as x's blocks the selected share of its cells fills: blocks of a small
+        # selection would each be held beside their join (50,000 x 2,000 scattered: 3.4x)
+        share = math.prod(len(got) / max(x.shape[a], 1) for _, got, a in kept)
+        blocks = max(1, min(math.ceil(share * math.prod(x.numblocks)), along))
         chunks = [(len(got),) for _, got, _ in kept]
         chunks[listed[0]] = _cut(along, -(-along // blocks))
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))

@@ -18,7 +18,7 @@ from sporadik_dask.reduce.fields import Fields, Op, finish, merge_along
 from sporadik_dask.reduce.store import store_fields
 from sporadik_dask.reduce.target import Grouping, Target
 
-__all__ = ["reduce_selection"]
+__all__ = ["reduce_selection", "reduce_selection_dask"]
 
 
 def reduce_selection(
@@ -35,37 +35,20 @@ def reduce_selection(
     take it (two groupings, or a position twice where it would be added twice).
 
     1. The pass's one grouping: a selected reduced axis, its positions one group (a kept axis
-       of one cell); else the groupby's own; else the first selected kept axis, each position
-       a group of its own, in the order selected.
+       of one cell); else the groupby's own; else the first selected kept axis that selects
+       each position once, each a group of its own, in the order selected.
     2. Every other selected axis is kept whole in the pass.
     3. From the fields, each such axis's positions are taken in the order selected; along a
        reduced one, they are then merged into one cell (sums add, extremes compare, moments by
        Chan's formula).
     4. The fields, shaped as ``target``, are finished over the selection's cells.
     """
+    planned = _pass_grouping(tuple(reader.shape), positions, target)
+    if planned is None:
+        return None
+    axis, grouped = planned
     selected = [a for a, p in enumerate(positions) if p is not None]
     reduced = [a for a in selected if a in target.axes]
-    grouping = target.grouping
-    if grouping is not None and reduced:
-        return None
-    if reduced:
-        axis = reduced[0]
-        grouped = _grouping(reader.shape[axis], positions[axis], axis, np.int64(0), 1)
-    elif grouping is not None and grouping.axis in selected:
-        axis = grouping.axis
-        grouped = _grouping(
-            reader.shape[axis], positions[axis], axis, grouping.codes, grouping.size
-        )
-    elif grouping is not None:
-        axis, grouped = -1, grouping
-    else:
-        axis = selected[0]
-        picked = positions[axis]
-        assert picked is not None
-        codes = np.arange(picked.size, dtype=np.int64)
-        grouped = _grouping(reader.shape[axis], picked, axis, codes, picked.size)
-    if grouped is None:
-        return None
     store_axes = tuple(a for a in target.axes if a not in reduced)
     store_target = Target(tuple(reader.shape), store_axes, grouped)
     fields: Fields = store_fields(reader, op, store_target, skipna, dense=True)  # type: ignore[assignment]
@@ -84,14 +67,84 @@ def reduce_selection(
     )
 
 
+def _pass_grouping(
+    shape: tuple[int, ...], positions: Sequence[npt.NDArray[np.int64] | None], target: Target
+) -> tuple[int, Grouping | None] | None:
+    """The axis the pass groups (-1: none of the selected, the groupby's own or none) and its
+    grouping, as step 1 of :func:`reduce_selection` picks them; None when a reduced axis would
+    count a position twice, or a groupby would need a second grouping."""
+    selected = [a for a, p in enumerate(positions) if p is not None]
+    reduced = [a for a in selected if a in target.axes]
+    grouping = target.grouping
+    grouped: Grouping | None
+    if grouping is not None and reduced:
+        return None
+    if reduced:
+        axis = reduced[0]
+        grouped = _grouping(shape[axis], positions[axis], axis, np.int64(0), 1)
+    elif grouping is not None and grouping.axis in selected:
+        axis = grouping.axis
+        grouped = _grouping(shape[axis], positions[axis], axis, grouping.codes, grouping.size)
+    elif grouping is not None:
+        axis, grouped = -1, grouping
+    else:  # the first kept axis selecting each position once, if any: the rest are taken
+        once = [a for a in selected if _once(positions[a])]
+        if not once:
+            return -1, None
+        axis = once[0]
+        picked = positions[axis]
+        size = 0 if picked is None else picked.size
+        codes = np.arange(size, dtype=np.int64)
+        grouped = _grouping(shape[axis], picked, axis, codes, size)
+    return None if grouped is None else (axis, grouped)
+
+
+def _once(picked: npt.NDArray[np.int64] | None) -> bool:
+    return picked is not None and np.unique(picked).size == picked.size
+
+
 def _grouping(
     extent: int, picked: npt.NDArray[np.int64] | None, axis: int, codes: Any, size: int
 ) -> Grouping | None:
     """Positions ``picked`` of an axis of ``extent`` gathered by ``codes`` (one per position, or
     one for all), the rest in no group; None when a position is picked twice."""
-    assert picked is not None
-    if np.unique(picked).size != picked.size:
+    if picked is None or not _once(picked):
         return None
     full = np.full(extent, -1, dtype=np.int64)
     full[picked] = codes
     return Grouping(axis, full, size)
+
+
+def reduce_selection_dask(
+    reader: Any,
+    positions: Sequence[npt.NDArray[np.int64] | None],
+    target: Target,
+    op: Op,
+    *,
+    skipna: bool,
+    ddof: int,
+) -> Any:
+    """:func:`reduce_selection` as a one-block dask array, for a chunked selection: its pass
+    holds what the lazy one does, where a reduction of its blocks holds the blocks in flight
+    (a mask of 84 % of cells and 5,000 genes: 131 MB traced against 36 MB). None when
+    :func:`reduce_selection` would be."""
+    import dask
+    from dask.base import tokenize
+
+    from sporadik_dask.read.dask_model import from_delayed
+    from sporadik_dask.reduce.fields import result_dtype
+
+    if _pass_grouping(tuple(reader.shape), positions, target) is None:
+        return None
+    token = tokenize(reader, list(positions), target, op, skipna, ddof)
+    value = dask.delayed(reduce_selection, pure=True)(
+        reader,
+        positions,
+        target,
+        op,
+        skipna=skipna,
+        ddof=ddof,
+        dask_key_name=f"sporadik-selection-{op}-{token}",
+    )
+    meta = np.empty((0,) * len(target.out_shape), result_dtype(op, reader.dtype))
+    return from_delayed(value, target.out_shape, meta)

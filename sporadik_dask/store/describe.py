@@ -26,11 +26,8 @@ from zarr.codecs.bytes import BytesCodec, Endian
 
 import sporadik_dask.config  # noqa: F401  (every open and write passes here: the keys' defaults)
 from sporadik_dask.format.errors import (
-    FetchError,
     IncompleteError,
     LayoutError,
-    SporadikError,
-    StoreReplacedError,
 )
 from sporadik_dask.format.spec import (
     ARRAY_NAMES,
@@ -47,24 +44,20 @@ from sporadik_dask.store.storage import (
     StoreLike,
     location_of,
     open_group_async,
-    read_options,
-    root_document,
 )
-from sporadik_dask.store.zarr_adapter import AsyncArray, AsyncGroup, resolve_store_path, run
+from sporadik_dask.store.zarr_adapter import AsyncArray, AsyncGroup, run
 
 if TYPE_CHECKING:
-    from zarr.storage import StorePath
+    pass
 
 __all__ = [
     "WRITTEN_KEY",
     "LayoutDescription",
     "OpenedStore",
     "StoreDescription",
-    "check_as_opened",
-    "check_as_opened_async",
-    "check_store_as_opened_async",
     "describe",
     "describe_async",
+    "normalized",
     "open_store",
     "open_store_async",
 ]
@@ -378,7 +371,7 @@ class OpenedStore:
         }
 
 
-def _normalized(store: StoreLike) -> StoreLike:
+def normalized(store: StoreLike) -> StoreLike:
     return os.fspath(store) if isinstance(store, os.PathLike) else store
 
 
@@ -386,7 +379,7 @@ async def open_store_async(
     store: StoreLike, *, storage_options: dict[str, Any] | None = None
 ) -> OpenedStore:
     """Asynchronous :func:`open_store`."""
-    store = _normalized(store)
+    store = normalized(store)
     where = location_of(store)
     root = await open_group_async(store, mode="r", storage_options=storage_options)
     block = parse_block(root.attrs, where)
@@ -424,7 +417,7 @@ async def reopen_store_async(
     The description is trusted, not made again: this is how a reader that travelled as a
     location gets its arrays back.
     """
-    store = _normalized(store)
+    store = normalized(store)
     root = await open_group_async(store, mode="r", storage_options=storage_options)
     paths = [
         f"{layout.path}/{name}"
@@ -435,82 +428,6 @@ async def reopen_store_async(
     found = await asyncio.gather(*(root.getitem(path) for path in paths))
     arrays = {path: array for path, array in zip(paths, found, strict=True)}
     return OpenedStore(store, storage_options, root, description, arrays)  # type: ignore[arg-type]
-
-
-def _change(document: dict[str, Any] | None, description: StoreDescription) -> str | None:
-    """How the root ``document`` differs from the state ``description`` was made of, or None
-    when it still holds it: a finished block naming the same write, shape and layouts (others
-    may have been added since, by :func:`~sporadik_dask.add_axis`)."""
-    if document is None:
-        return "nothing is stored there now"
-    raw = document.get("attributes")
-    attributes: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    try:
-        block = parse_block(attributes, description.location)
-    except SporadikError:
-        return "it holds no finished block now: another write is under way, or was cut off"
-    written = attributes.get(WRITTEN_KEY)
-    if block.spec != description.spec or block.shape != description.shape:
-        return f"it now holds an array of shape {block.shape}, where it held {description.shape}"
-    if written != description.written:
-        return "another write finished there, of the same shape"
-    entries = set(block.layouts)
-    for layout in description.layouts.values():
-        if LayoutEntry(layout.path, layout.indexed_axis, layout.index_order) not in entries:
-            return f"it no longer holds layout {layout.path!r} as it was"
-    return None
-
-
-async def check_as_opened_async(root: StorePath, description: StoreDescription) -> None:
-    """Refuse with :class:`~sporadik_dask.format.errors.StoreReplacedError` unless the store at
-    ``root`` is still the one ``description`` was made of. One request: the root's document.
-
-    A writer takes a store's block off before it touches anything else and writes it back last,
-    with the token of the write (:data:`WRITTEN_KEY`). So values read before this check passes
-    are all of the state described: a write that began meanwhile has not committed (no block),
-    or committed another token.
-    """
-    try:
-        document = await root_document(root)
-    except Exception as failed:
-        raise FetchError(
-            f"Could not fetch the root document of {description.location} "
-            f"({type(failed).__name__}: {failed}) to check the store is still the one opened; "
-            "what was read is not returned. Retry, or raise the store's retry settings."
-        ) from failed
-    change = _change(document, description)
-    if change is not None:
-        _refuse(description, change)
-
-
-def _refuse(description: StoreDescription, change: str) -> None:
-    raise StoreReplacedError(
-        f"The store at {description.location} was rewritten since it was opened ({change}); "
-        "what this array read from it would be another write's values, or zeros where chunks "
-        "are missing. Open it again."
-    )
-
-
-async def check_store_as_opened_async(
-    store: StoreLike, storage_options: dict[str, Any] | None, description: StoreDescription
-) -> None:
-    """:func:`check_as_opened_async` for a store given as it was opened (a path, a URL, a store
-    object), by a reader that travelled as a location: the root's document, one request."""
-    try:
-        root = await resolve_store_path(
-            _normalized(store), storage_options=read_options(store, storage_options)
-        )
-    except FileNotFoundError:  # a local directory, removed
-        root = None
-    if root is None:
-        _refuse(description, "nothing is stored there now")
-    else:
-        await check_as_opened_async(root, description)
-
-
-def check_as_opened(opened: OpenedStore) -> None:
-    """Synchronous :func:`check_as_opened_async` for a store opened by :func:`open_store`."""
-    run(check_as_opened_async(opened.root.store_path, opened.description))
 
 
 async def describe_async(

@@ -40,6 +40,7 @@ def _equal(got: pd.DataFrame, expected: pd.DataFrame) -> None:
     assert 0 < got["highly_variable"].sum() < len(got)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("options", OPTIONS)
 def test_highly_variable_genes_equal_scanpys_on_the_matrix_in_memory(
@@ -108,6 +109,7 @@ def test_a_flavor_not_computed_here_is_refused_by_name(counts_store: tuple[Path,
         sd.highly_variable_genes(opened(path, "lazy"), flavor="seurat_v3")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_cluster_selects_the_same_genes(
     counts_store: tuple[Path, Any], log_normalized: Any, client: Any
 ) -> None:

@@ -97,6 +97,7 @@ def test_more_components_than_genes_are_refused(counts_store: tuple[Path, Any]) 
         sd.pca(opened(path, "lazy"), 151)
 
 
+@pytest.mark.slow
 def test_a_cluster_computes_the_same_components(
     counts_store: tuple[Path, Any], expected: tuple[Any, Any], client: Any
 ) -> None:

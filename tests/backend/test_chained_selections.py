@@ -129,6 +129,7 @@ def chains(draw: st.DrawFn, shape: tuple[int, ...]) -> Chain:
     return chain
 
 
+@pytest.mark.slow
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -54,6 +54,7 @@ def _values(result: xr.DataArray) -> npt.NDArray[Any]:
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", CHUNKS, ids=CHUNK_IDS)
 def test_a_product_with_a_dense_matrix_is_dense_and_equals_numpy(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any

@@ -104,6 +104,7 @@ def test_group_maxima_along_genes_equal_numpy_per_group(
     np.testing.assert_array_equal(result.values, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
 def test_past_the_dense_budget_group_sums_and_means_come_back_sparse_and_equal(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any
@@ -252,6 +253,7 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
                 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [0, 2**28], ids=["sparse", "dense"])
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
 def test_a_store_with_an_empty_axis_groups_and_sums_to_empty_results(
@@ -470,6 +472,7 @@ def _agreeing(got: xr.DataArray, expected: xr.DataArray) -> None:
     np.testing.assert_allclose(got.values, expected.values, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flox", [False, True], ids=["xarray", "flox"])
 @pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
 @pytest.mark.parametrize("by", ["two labels", "a label and bins"])

@@ -53,6 +53,7 @@ def indexer(draw: st.DrawFn, size: int) -> int | slice | npt.NDArray[np.int64 | 
     return np.zeros(0, dtype=np.int64)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -86,6 +86,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, npt.NDArray[A
     return path, dense
 
 
+@pytest.mark.slow
 def test_a_loaded_variable_selects_as_the_store_does(store: tuple[Path, npt.NDArray[Any]]) -> None:
     path, _ = store
     lazy = xr.open_dataset(path, engine="sporadik")["x"]

@@ -47,6 +47,7 @@ def store(
     return path, dense
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
 @pytest.mark.parametrize("op", OPS)
@@ -252,6 +253,7 @@ def test_a_block_whose_absent_cells_are_not_zero_is_reduced_by_its_dense_values(
     np.testing.assert_allclose(fields["total"].ravel(), [-np.inf, np.log(6.0)])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("chunks", [None, {}, {"cell": 64}], ids=["lazy", "chunks={}", "chunks=64"])
 def test_integer_means_and_variances_are_taken_in_float64_as_numpy_takes_them(
@@ -301,6 +303,7 @@ _GENES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's mean of no value
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("name", list(SELECTIONS))
@@ -333,6 +336,39 @@ def test_a_reduction_of_a_lazy_selection_equals_numpy_and_leaves_nothing_held(
         )
     added_twice = name in ("a gene twice", "cells and a gene twice")  # read, then reduced
     assert (backend_under(picked.variable._data).backend is not None) != added_twice
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's mean of no value
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "var"])
+@pytest.mark.parametrize("name", list(SELECTIONS))
+def test_a_reduction_of_a_chunked_selection_is_the_stores_pass_and_equals_numpy(
+    store: tuple[Path, npt.NDArray[Any]], op: str, name: str
+) -> None:
+    """Reduced by its blocks, a chunked selection held the blocks in flight (a mask of 84 % of
+    cells and 5,000 genes: 131 MB traced against 36 MB lazily); the store's pass holds what
+    the lazy one does."""
+    path, dense = store
+    indexers, key = SELECTIONS[name]
+    picked = xr.open_dataset(path, engine="sporadik", chunks={})["x"].isel(indexers)
+    values = dense[key]
+    if name in _GENES:
+        values = values[:, _GENES[name]]
+    if values.size == 0 and op in ("max", "min"):
+        return  # numpy and xarray raise on an empty max
+    passes = 0
+    for dims in [("cell",), ("gene",), None]:
+        axes = None if dims is None else tuple(picked.get_axis_num(d) for d in dims)
+        with dask.config.set({"sporadik.selection-read-values": 0}):  # none read first
+            result = getattr(picked, op)(dims)
+        passes += any("sporadik-selection" in str(k) for k in result.data.__dask_graph__())
+        expected = _expected(values, op, axes)
+        np.testing.assert_allclose(
+            np.asarray(result.values, dtype=np.float64),
+            expected.astype(np.float64),
+            rtol=1e-5,
+            equal_nan=True,
+        )
+    assert passes > 0
 
 
 def test_a_lazy_selection_of_few_values_is_read_then_reduced(

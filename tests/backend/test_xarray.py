@@ -31,6 +31,7 @@ print(",".join(m for m in ("numba", "dask.array", "sparse", "zarr") if m in sys.
 """
 
 
+@pytest.mark.slow
 def test_loading_the_entry_points_imports_none_of_numba_dask_array_sparse_or_zarr() -> None:
     done = subprocess.run(
         [sys.executable, "-c", LOAD_ENTRY_POINTS], capture_output=True, text=True, check=True
@@ -38,6 +39,7 @@ def test_loading_the_entry_points_imports_none_of_numba_dask_array_sparse_or_zar
     assert done.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_the_entry_point_opens_a_store_from_a_fresh_process(tmp_path: Path) -> None:
     sd.to_sporadik(labelled(sparse.COO.from_numpy(np.eye(6, 4))), tmp_path / "s.zarr")
     script = (
@@ -51,6 +53,7 @@ def test_the_entry_point_opens_a_store_from_a_fresh_process(tmp_path: Path) -> N
     assert done.stdout.split() == ["COO", "4"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunks", [None, {}])
 def test_the_accessor_works_on_a_dask_worker(
     tmp_path: Path, client: Client, chunks: dict[str, int] | None

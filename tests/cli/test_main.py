@@ -216,6 +216,7 @@ def test_validate_fails_on_a_deleted_chunk_unless_absent_chunks_are_allowed(
     assert "warning: " in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_mistake_is_one_line_and_exit_status_two() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "sporadik_dask.cli.main", "info", "/nonexistent/store.zarr"],
@@ -227,6 +228,7 @@ def test_a_mistake_is_one_line_and_exit_status_two() -> None:
     assert done.stderr.startswith("sporadik-dask: No zarr v3 group at /nonexistent/store.zarr")
 
 
+@pytest.mark.slow
 def test_the_demo_builds_a_store_and_reads_it_along_each_axis(tmp_path: Path) -> None:
     done = subprocess.run(
         [
@@ -250,6 +252,7 @@ def test_the_demo_builds_a_store_and_reads_it_along_each_axis(tmp_path: Path) ->
     assert sporadik.describe(tmp_path / "demo.zarr").shape == (2000, 300)
 
 
+@pytest.mark.slow
 def test_progress_is_drawn_on_a_terminal_and_not_with_quiet(tmp_path: Path) -> None:
     from tests.helpers import run_on_terminal
 
@@ -540,6 +543,7 @@ def _cli() -> list[str]:
     return [str(Path(sys.executable).parent / "sporadik-dask")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["staging", "laid out", "writing chunks"])
 def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
     import signal
@@ -593,6 +597,7 @@ def test_ctrl_c_says_nothing_was_committed(tmp_path: Path, when: str) -> None:
     assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
 
 
+@pytest.mark.slow
 def test_info_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
     path = write_reference(tmp_path / "s.zarr", np.eye(30), {0: (1,), 1: (0,)})
     running = subprocess.Popen(
@@ -608,6 +613,7 @@ def test_info_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
 # Object stores: --storage-options reaches inputs and outputs alike.
 
 
+@pytest.mark.slow
 def test_convert_info_and_validate_reach_an_s3_bucket(
     tmp_path: Path, s3: S3Bucket, capsys: pytest.CaptureFixture[str]
 ) -> None:

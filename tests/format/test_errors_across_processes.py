@@ -18,6 +18,10 @@ from sporadik_dask.cli.main import main
 from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
 from tests.helpers import proxied_store, random_dense
 
+#: Clusters and subprocesses: slow.
+pytestmark = pytest.mark.slow
+
+
 if TYPE_CHECKING:
     from distributed import LocalCluster
 

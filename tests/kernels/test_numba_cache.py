@@ -59,6 +59,7 @@ def test_a_new_process_loads_the_kernels_its_predecessor_compiled(tmp_path: Path
     assert again["hits"] >= 1 and again["misses"] == 0
 
 
+@pytest.mark.slow
 def test_kernels_are_not_cached_beside_the_sources(tmp_path: Path) -> None:
     sources = Path(numba_cache.__file__).parent / "__pycache__"
     before = set(sources.glob("sort._scatter*.nbi")) if sources.exists() else set()

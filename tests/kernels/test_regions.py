@@ -11,6 +11,7 @@ import sporadik_dask as sd
 from sporadik_dask.kernels.regions import Regions
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 2**16),

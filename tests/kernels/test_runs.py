@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import sparse
 from hypothesis import given, settings
@@ -63,6 +64,7 @@ def _runs_asked(
     return asked, (np.cumsum(lengths) - lengths)[asked], lengths[asked]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 2**16),

@@ -1,11 +1,11 @@
-"""Every kind of indexer, on every layout of stores of rank 2 to 4 written by `to_sporadik`, reads
-what numpy's outer indexing of the dense array gives: values, dtype and shape."""
+"""Every kind of indexer, on every layout of stores of rank 2 to 4 written by `to_sporadik` on
+every store kind, reads what numpy's outer indexing of the dense array gives: values, dtype and
+shape."""
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -16,21 +16,30 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import sporadik_dask as sd
-from tests.helpers import random_dense
+from tests.helpers import StoreKind, random_dense
 
 #: Shapes and dtypes of the module's stores, one per rank.
 CASES = {2: ((7, 6), "float32"), 3: ((5, 6, 4), "int64"), 4: ((4, 3, 5, 3), "uint8")}
 
 
+class Written(NamedTuple):
+    """A store of the module's: the dense array it holds, where it is, what reaches it."""
+
+    dense: npt.NDArray[Any]
+    where: Any
+    options: dict[str, Any]
+
+
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[npt.NDArray[Any], Path]]:
-    """One store per rank, every axis a layout, zarr chunks of 4 values (runs cross them)."""
-    made = {}
+def stores(module_store_kind: StoreKind) -> dict[int, Written]:
+    """One store per rank on the module's store kind, every axis a layout, zarr chunks of 4
+    values (runs cross them)."""
+    kind, made = module_store_kind, {}
     for rank, (shape, dtype) in CASES.items():
         dense = random_dense(np.random.default_rng(rank), shape, 0.4, dtype=dtype)
-        path = tmp_path_factory.mktemp("indexing") / f"rank{rank}.zarr"
-        sd.to_sporadik(dense, path, chunk=4)
-        made[rank] = (dense, path)
+        where = kind.beside(f"rank{rank}.zarr")
+        sd.to_sporadik(dense, where, **kind.writing(chunk=4), **kind.options)
+        made[rank] = Written(dense, where, kind.options)
     return made
 
 
@@ -69,12 +78,12 @@ def check(result: Any, expected: npt.NDArray[Any]) -> None:
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     key = tuple(data.draw(indexers(size), label=f"axis {a}") for a, size in enumerate(dense.shape))
     expected = outer(dense, key)
-    reader = sd.StoreReader(path)
     check(reader.read(key), expected)
     for axis in range(dense.ndim):
         with warnings.catch_warnings():
@@ -85,13 +94,13 @@ def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     given_axes = data.draw(st.integers(0, dense.ndim), label="axes given")
     head = tuple(data.draw(indexers(dense.shape[a])) for a in range(given_axes))
     full = head + (slice(None),) * (dense.ndim - given_axes)
-    reader = sd.StoreReader(path)
     check(reader.read(head), outer(dense, full))
     check(reader.read((*head, ...)), outer(dense, full))
 
@@ -99,16 +108,17 @@ def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_pointwise_indexing_reads_numpys_vectorized_indexing(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    reader = sd.StoreReader(where, **options)
     shape = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2), label="points' shape"))
     key = tuple(
         data.draw(arrays(np.int64, shape, elements=st.integers(-size, size - 1)), label=f"{a}")
         for a, size in enumerate(dense.shape)
     )
     expected = dense[key]
-    result = sd.StoreReader(path).vindex[key]
+    result = reader.vindex[key]
     if expected.ndim == 0:
         assert result == expected
         return

@@ -23,7 +23,9 @@ from zarr.storage import LocalStore
 import sporadik_dask as sd
 from sporadik_dask.backend.entrypoint import SporadikBackendEntrypoint
 from tests.helpers import (
+    S3_SLOW,
     RecordingStore,
+    StoreKind,
     first_block,
     labelled,
     open_dataset,
@@ -112,6 +114,7 @@ def test_any_selection_reads_the_dense_values_through_the_reader(
     np.testing.assert_array_equal(result.todense(), outer(dense, key))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(case=stores(backwards=False))
 def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
@@ -136,37 +139,40 @@ def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
             np.testing.assert_array_equal(result, expected)
 
 
+@pytest.mark.parametrize("store_kind", S3_SLOW, indirect=True)
 @pytest.mark.parametrize("rank", [2, 3, 4])
 @pytest.mark.parametrize("chunks", ["auto", 3, (5, 4, 2, 4)])
 def test_from_sporadik_gives_sparse_chunks_with_the_dense_values(
-    tmp_path: Path, rank: int, chunks: Any
+    tmp_path: Path, store_kind: StoreKind, rank: int, chunks: Any
 ) -> None:
     shape = (9, 7, 5, 4)[:rank]
     dense = random_dense(np.random.default_rng(rank), shape, 0.3)
     orders = {a: tuple(reversed([o for o in range(rank) if o != a])) for a in range(rank)}
-    path = write_reference(tmp_path / "s.zarr", dense, orders, chunk=7)
+    where = store_kind.holding_reference(dense, orders, 7, tmp_path)
     blocks = chunks[:rank] if isinstance(chunks, tuple) else chunks
     for axis in range(rank):
-        x = sd.from_sporadik(path, chunks=blocks, axis=axis)
+        x = sd.from_sporadik(where, chunks=blocks, axis=axis, **store_kind.options)
         assert isinstance(x._meta, sparse.COO)
         np.testing.assert_array_equal(x.compute().todense(), dense)
         np.testing.assert_array_equal(x.sum(axis=0).compute().todense(), dense.sum(axis=0))
 
 
+@pytest.mark.parametrize("store_kind", S3_SLOW, indirect=True)
 @pytest.mark.parametrize("rank", [2, 3])
 def test_gcxs_chunks_are_the_layouts_own_arrays_and_hold_the_dense_values(
-    tmp_path: Path, rank: int
+    tmp_path: Path, store_kind: StoreKind, rank: int
 ) -> None:
     shape = (9, 7, 5)[:rank]
     dense = random_dense(np.random.default_rng(rank), shape, 0.3)
     orders = {a: tuple(o for o in range(rank) if o != a) for a in range(rank)}
-    path = write_reference(tmp_path / "s.zarr", dense, orders, chunk=7)
+    where = store_kind.holding_reference(dense, orders, 7, tmp_path)
     for axis in range(rank):
         whole = sd.from_sporadik(
-            path,
+            where,
             axis=axis,
             format="gcxs",
             chunks=tuple(3 if a == axis else size for a, size in enumerate(shape)),
+            **store_kind.options,
         )
         assert isinstance(whole._meta, sparse.GCXS)
         block = first_block(whole)
@@ -176,10 +182,11 @@ def test_gcxs_chunks_are_the_layouts_own_arrays_and_hold_the_dense_values(
         np.testing.assert_array_equal(
             whole.sum(axis=other).compute().todense(), dense.sum(axis=other)
         )
-        split = sd.from_sporadik(path, axis=axis, format="gcxs", chunks=2)
+        split = sd.from_sporadik(where, axis=axis, format="gcxs", chunks=2, **store_kind.options)
         np.testing.assert_array_equal(split.compute().todense(), dense)
 
 
+@pytest.mark.slow
 def test_gcxs_of_float16_values_is_refused_naming_the_cause_and_coo_still_reads(
     tmp_path: Path,
 ) -> None:
@@ -338,10 +345,11 @@ def test_guess_can_open_says_yes_only_for_a_store_with_a_block(tmp_path: Path) -
     assert "sporadik" in xr.backends.list_engines()
 
 
-def test_a_written_dataarray_opens_with_its_labels(tmp_path: Path) -> None:
+def test_a_written_dataarray_opens_with_its_labels(store_kind: StoreKind) -> None:
     dense = random_dense(np.random.default_rng(4), (6, 4), 0.5)
-    sd.to_sporadik(labelled(sparse.COO.from_numpy(dense)), tmp_path / "anything.zarr")
-    opened = xr.open_dataarray(tmp_path / "anything.zarr", engine="sporadik")
+    where, options = store_kind.store, store_kind.options
+    sd.to_sporadik(labelled(sparse.COO.from_numpy(dense)), where, **store_kind.writing(), **options)
+    opened = open_dataset(where, **options)["counts"]
     assert opened.name == "counts" and opened.dims == ("cell", "gene")
     assert opened.attrs == {"units": "reads"}
     assert list(opened["gene"].values) == ["a", "b", "c", "d"]
@@ -349,9 +357,12 @@ def test_a_written_dataarray_opens_with_its_labels(tmp_path: Path) -> None:
     np.testing.assert_array_equal(picked.todense(), dense[:, [2, 0]])
 
 
-def test_per_position_counts_and_maxima_come_without_reading_values(tmp_path: Path) -> None:
-    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
-    opened = xr.open_dataset(path, engine="sporadik")["s"]
+def test_per_position_counts_and_maxima_come_without_reading_values(
+    tmp_path: Path, store_kind: StoreKind
+) -> None:
+    dense = random_dense(np.random.default_rng(2), (300, 200), 0.1)
+    where = store_kind.holding_reference(dense, {0: (1,), 1: (0,)}, 256, tmp_path)
+    (opened,) = open_dataset(where, **store_kind.options).data_vars.values()
     np.testing.assert_array_equal(opened.sporadik.nnz("dim_1"), np.count_nonzero(dense, axis=0))
     np.testing.assert_array_equal(opened.sporadik.maxima("dim_0"), np.abs(dense).max(axis=1))
     with pytest.raises(sd.SporadikError, match="whole store"):
@@ -471,11 +482,11 @@ def test_runs_a_writer_left_unsorted_read_in_c_order(tmp_path: Path, axis: int) 
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8"])
-def test_a_read_across_the_runs_comes_back_in_c_order(tmp_path: Path, dtype: str) -> None:
+def test_a_read_across_the_runs_comes_back_in_c_order(store_kind: StoreKind, dtype: str) -> None:
     dense = random_dense(np.random.default_rng(5), (60, 40), 0.3).astype(dtype)
-    path = tmp_path / "s.zarr"
-    sd.to_sporadik(dense, path, axes=(1,), chunk=64)
-    reader = sd.StoreReader(path)
+    where, options = store_kind.store, store_kind.options
+    sd.to_sporadik(dense, where, axes=(1,), **store_kind.writing(), **options)
+    reader = sd.StoreReader(where, **options)
     for key in [(slice(None), slice(None)), (slice(None), [5, 2, 9]), (slice(None), 4)]:
         result = reader.read(key)
         linear = np.ravel_multi_index(tuple(result.coords), result.shape)
@@ -484,9 +495,12 @@ def test_a_read_across_the_runs_comes_back_in_c_order(tmp_path: Path, dtype: str
         np.testing.assert_array_equal(result.todense(), outer(dense, key))
 
 
-def test_a_boolean_mask_selects_positions_and_non_integers_are_refused(tmp_path: Path) -> None:
-    path, dense = _store(tmp_path, {0: (1,), 1: (0,)})
-    reader = sd.StoreReader(path)
+def test_a_boolean_mask_selects_positions_and_non_integers_are_refused(
+    tmp_path: Path, store_kind: StoreKind
+) -> None:
+    dense = random_dense(np.random.default_rng(2), (300, 200), 0.1)
+    where = store_kind.holding_reference(dense, {0: (1,), 1: (0,)}, 256, tmp_path)
+    reader = sd.StoreReader(where, **store_kind.options)
     mask = np.arange(300) % 3 == 0
     np.testing.assert_array_equal(reader[mask].todense(), dense[mask])
     np.testing.assert_array_equal(reader[:, mask[:200]].todense(), dense[:, mask[:200]])

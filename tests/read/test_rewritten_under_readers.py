@@ -130,6 +130,7 @@ def test_arrays_opened_before_an_overwrite_killed_midway_raise_rather_than_read_
             pytest.fail(f"{what} read the torn store")
 
 
+@pytest.mark.slow
 def test_a_dataset_opened_before_its_store_was_rewritten_in_another_order_never_reads_other_cells(
     location: tuple[str, dict[str, Any] | None],
 ) -> None:
@@ -151,6 +152,7 @@ def test_a_dataset_opened_before_its_store_was_rewritten_in_another_order_never_
     np.testing.assert_array_equal(picked, dense[[7, 3]])
 
 
+@pytest.mark.slow
 def test_readers_opened_again_elsewhere_raise_for_a_store_torn_or_removed_since(
     tmp_path: Path, cluster: LocalCluster
 ) -> None:

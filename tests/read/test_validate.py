@@ -215,6 +215,7 @@ SOURCES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", list(WIDER), ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize(
     ("source", "shape"), SOURCES, ids=[f"{s} rank {len(shape)}" for s, shape in SOURCES]

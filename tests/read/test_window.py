@@ -22,8 +22,8 @@ import sporadik_dask as sd
 from sporadik_dask.read.dask_model import EXPRESSIONS, graph_names, source_of
 from sporadik_dask.read.window import SporadikArray
 from tests.helpers import RecordingStore, open_dataset, random_dense
-from tests.read.test_indexing import indexers
-from tests.read.test_indexing import stores as stores  # the module's stores, rank 2 to 4
+from tests.read.test_indexing import Written, indexers
+from tests.read.test_indexing import stores as stores  # rank 2 to 4, on every store kind
 
 
 def backwards(size: int) -> st.SearchStrategy[slice]:
@@ -61,12 +61,12 @@ def dense_of(result: Any) -> npt.NDArray[Any]:
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], data: st.DataObject
+    stores: dict[int, Written], data: st.DataObject
 ) -> None:
-    dense, path = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
+    dense, where, options = stores[data.draw(st.sampled_from(sorted(stores)), label="rank")]
     chunks = tuple(data.draw(st.integers(1, size), label="block") for size in dense.shape)
     key = data.draw(numpy_keys(dense.shape), label="key")
-    x = sd.from_sporadik(path, chunks=chunks)
+    x = sd.from_sporadik(where, chunks=chunks, **options)
     try:
         expected = dense[key]
     except IndexError:
@@ -89,10 +89,10 @@ def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(
     ],
 )
 def test_an_array_and_an_integer_an_ellipsis_or_none_apart_go_first_as_in_numpy(
-    stores: dict[int, tuple[npt.NDArray[Any], Path]], key: tuple[Any, ...]
+    stores: dict[int, Written], key: tuple[Any, ...]
 ) -> None:
-    dense, path = stores[3]
-    got = dense_of(sd.from_sporadik(path, chunks=(1, 1, 1))[key].compute())
+    dense, where, options = stores[3]
+    got = dense_of(sd.from_sporadik(where, chunks=(1, 1, 1), **options)[key].compute())
     assert got.shape == dense[key].shape
     np.testing.assert_array_equal(got, dense[key])
 
@@ -137,6 +137,25 @@ def test_a_list_or_mask_of_from_sporadik_reads_only_its_runs(tmp_path: Path, kin
     everything = {str(p.relative_to(path)) for p in path.glob("layouts/axis1/*/c/*")}
     assert runs and all(key.startswith("layouts/axis1/") for key in runs)  # the gene layout
     assert len(runs) < len({key for key in everything if "indptr" not in key}) / 2
+
+
+def test_a_selection_has_as_many_blocks_as_its_share_of_the_cells_fills(tmp_path: Path) -> None:
+    """Blocks of a small selection would each be held beside their join (50,000 x 2,000
+    scattered of 60,000 x 20,000 peaked at 3.4x the result): it is one block, read by one task,
+    and a selection of most cells keeps the blocks of the store's read."""
+    dense = random_dense(np.random.default_rng(8), (400, 300), 0.2)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(dense, path, chunk=64)
+    x = sd.from_sporadik(path, chunks=(50, 300))
+    rng = np.random.default_rng(9)
+    cells, genes = rng.choice(400, 100, replace=False), rng.choice(300, 60, replace=False)
+    small = x[cells][:, genes]
+    assert small.numblocks == (1, 1)
+    np.testing.assert_array_equal(small.compute().todense(), dense[cells][:, genes])
+    most = rng.choice(400, 380, replace=False)
+    large = x[most]
+    assert large.numblocks == (8, 1)
+    np.testing.assert_array_equal(large.compute().todense(), dense[most])
 
 
 def test_integers_and_plain_slices_are_reads_of_a_window_in_the_blocks_dask_gives(
@@ -240,6 +259,7 @@ def test_reductions_of_from_sporadik_along_some_axes_are_one_pass_with_numpys_va
     np.testing.assert_allclose(dense_of(kept), dense.sum(0, keepdims=True))
 
 
+@pytest.mark.slow
 def test_numpys_reductions_of_from_sporadik_over_all_axes_and_skipping_nans_are_numpys(
     tmp_path: Path,
 ) -> None:

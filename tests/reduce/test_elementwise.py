@@ -96,6 +96,7 @@ def _one_pass(result: xr.DataArray, steps: xr.DataArray) -> None:
     assert steps.data.name not in result.data.dask.layers
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("chain", CHAINS)

@@ -97,6 +97,7 @@ def _expected(dense: npt.NDArray[Any], call: Callable[[xr.DataArray], Any]) -> A
         return np.asarray(call(xr.DataArray(dense, dims=("a", "b"))).values)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.filterwarnings("ignore:Degrees of freedom")
 @pytest.mark.parametrize("mode", MODES)
@@ -324,6 +325,7 @@ def _assert_close(
         assert (close | (a == b) | nan_want).all(), (case, got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -403,6 +405,7 @@ def step_store(
     return _store(tmp_path_factory.mktemp("steps") / "s.zarr", dense), dense
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 @pytest.mark.parametrize("mode", ["chunks={}", "small chunks"])
 @pytest.mark.parametrize("step", STEPS)
@@ -447,6 +450,7 @@ ARRAY_OPS: list[tuple[str, dict[str, Any]]] = [
 ] + [("var", {"ddof": 1}), ("nanvar", {"ddof": 1}), ("nanstd", {}), ("nanmin", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:All-NaN")
 @settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -116,6 +116,7 @@ def test_a_grouped_reduction_equals_numpy_over_each_group_of_the_dense_array(
                 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [40, 400], ids=["sorted runs", "accumulated runs"])
 @pytest.mark.parametrize("skipna", [True, False])
 @pytest.mark.parametrize("op", SPARSE_OPS)
@@ -168,6 +169,7 @@ def _store_reduces_as_coordinates(
     np.testing.assert_allclose(got, expected, rtol=1e-6, equal_nan=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
 @pytest.mark.parametrize("orders", [{0: (1, 2), 1: (0, 2), 2: (0, 1)}, {0: (2, 1), 2: (1, 0)}])
 def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coordinates(

@@ -26,6 +26,7 @@ def _counts(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codecs", CHAINS)
 @pytest.mark.parametrize("shape", [(60, 40), (9, 8, 7)], ids=["rank2", "rank3"])
 @pytest.mark.parametrize("shard", [None, 64], ids=["chunks", "shards"])

@@ -89,6 +89,7 @@ def test_a_store_the_reference_writes_is_described_as_the_reference_describes_it
     assert sd.validate(path) == ours
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(24))
 def test_seeded_random_stores_are_described_as_the_reference_describes_them(
     tmp_path: Path, seed: int

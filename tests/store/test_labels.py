@@ -77,6 +77,7 @@ def _check_same(opened: xr.DataArray, expected: Any) -> None:
     np.testing.assert_array_equal(opened.values, expected)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,

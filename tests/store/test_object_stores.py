@@ -20,6 +20,10 @@ import sporadik_dask as sd
 from sporadik_dask.testing import Faults, LoopbackS3, S3Proxy
 from tests.helpers import S3Bucket, open_dataset, proxied_store, random_dense, stored
 
+#: The S3 server, its proxy or a cluster in every test: slow.
+pytestmark = pytest.mark.slow
+
+
 if TYPE_CHECKING:
     from distributed import LocalCluster
 
@@ -43,7 +47,6 @@ def test_a_torn_upload_in_s3_is_refused(s3: S3Bucket) -> None:
     assert sd.describe(url, storage_options=options).nnz == 20
 
 
-@pytest.mark.slow
 def test_cluster_workers_write_straight_into_the_bucket(
     s3: S3Bucket, tmp_path: Path, cluster: LocalCluster
 ) -> None:
@@ -87,7 +90,6 @@ def test_transient_faults_are_retried_and_the_values_come_back_whole(
     np.testing.assert_allclose(per_row, dense.sum(axis=1), rtol=1e-5)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fsspec", "obstore"])
 def test_a_chunk_that_cannot_be_fetched_raises_and_is_never_read_as_zeros(
     loopback: tuple[LoopbackS3, S3Proxy], kind: str

@@ -25,6 +25,10 @@ import sporadik_dask as sd
 from sporadik_dask.testing import Faults, Latency, LoopbackS3, RequestCounts, S3Proxy
 from tests.helpers import proxied_store, random_dense, zarr_array
 
+#: The S3 server behind a proxy adding a cloud's latency, or the CLI in a subprocess: slow.
+pytestmark = pytest.mark.slow
+
+
 if TYPE_CHECKING:
     from distributed import LocalCluster
 
@@ -298,7 +302,6 @@ def _gets(counts: RequestCounts, array: str) -> list[str]:
     return [path for method, path in counts.log if method == "GET" and f"/{array}/c/" in path]
 
 
-@pytest.mark.slow
 def test_cluster_workers_write_each_shard_in_one_put_and_a_torn_write_is_refused(
     loopback: tuple[LoopbackS3, S3Proxy], cluster: LocalCluster
 ) -> None:

@@ -13,7 +13,7 @@ import zarr
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, random_dense, write_reference
+from tests.helpers import RecordingStore, StoreKind, random_dense, write_reference
 
 
 def test_a_missing_rank_two_layout_comes_out_as_the_reference_writes_it(tmp_path: Path) -> None:
@@ -33,18 +33,28 @@ def test_a_missing_rank_two_layout_comes_out_as_the_reference_writes_it(tmp_path
 
 @pytest.mark.parametrize("held_order", [(1, 2), (2, 1)])
 def test_a_layout_is_added_from_one_with_any_index_order(
-    tmp_path: Path, held_order: tuple[int, int]
+    tmp_path: Path, store_kind: StoreKind, held_order: tuple[int, int]
 ) -> None:
     dense = random_dense(np.random.default_rng(1), (7, 6, 5), 0.3)
-    path = write_reference(tmp_path / "s.zarr", dense, {0: held_order}, chunk=11)
-    sd.add_axis(path, 2, partition_bytes=500)
-    with sporadik.open_array(path) as store:
-        assert store.indexed_axes == (0, 2)
-        np.testing.assert_array_equal(store.to_array().to_dense(), dense)
-        for position in range(5):
-            np.testing.assert_array_equal(
-                store.dense_slice(position, axis=2), dense[:, :, position]
-            )
+    where = store_kind.holding_reference(dense, {0: held_order}, 11, tmp_path)
+    options = store_kind.options
+    sd.add_axis(where, 2, partition_bytes=500, **store_kind.writing(chunk=11), **options)
+    assert sd.describe(where, **options).indexed_axes == (0, 2)
+    reader = sd.StoreReader(where, **options)
+    for position in range(5):
+        read = reader.read((slice(None), slice(None), position), axis=2)
+        np.testing.assert_array_equal(read.todense(), dense[:, :, position])
+    added = sd.from_sporadik(where, axis=2, **options)
+    np.testing.assert_array_equal(added.compute().todense(), dense)
+    sd.validate(where, **options)
+    if store_kind.name == "local":
+        with sporadik.open_array(where) as store:
+            assert store.indexed_axes == (0, 2)
+            np.testing.assert_array_equal(store.to_array().to_dense(), dense)
+            for position in range(5):
+                np.testing.assert_array_equal(
+                    store.dense_slice(position, axis=2), dense[:, :, position]
+                )
 
 
 def test_other_root_attributes_survive_and_a_present_layout_is_left_alone(tmp_path: Path) -> None:

@@ -63,6 +63,7 @@ def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parquet, "BLOCK_CELLS", 2_000)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", [None, "umi", "qv"])
 def test_a_table_of_many_row_groups_equals_the_pyarrow_and_scipy_count(
     tmp_path: Path, small_pieces: None, values: str | None
@@ -170,6 +171,7 @@ def test_missing_names_and_float_coordinates_are_refused(
     assert "has no column 'gen'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_passes_graphs_stay_small_whatever_the_number_of_names(
     tmp_path: Path, small_pieces: None
 ) -> None:

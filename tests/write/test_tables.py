@@ -90,6 +90,7 @@ def test_a_10x_directory_converts_to_cells_by_features_with_names(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filtered", "out.zarr"]  # no staging
 
 
+@pytest.mark.slow
 def test_a_10x_matrix_spanning_many_chunks_and_staged_parts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,6 +299,7 @@ def test_float_coordinates_and_missing_names_are_refused(tmp_path: Path) -> None
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["h5ad-csr", "h5ad-csc", "anndata-zarr-csr", "npz"])
 def test_files_spanning_many_chunks_convert(tmp_path: Path, kind: str) -> None:
     matrix = counts((2_500, 3_000), 0.05, 6).astype(np.float32)  # 375,000 values

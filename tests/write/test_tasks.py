@@ -30,6 +30,7 @@ def _parts(
     ]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
