@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
+from sporadik_dask.kernels.gram import gram as dense_gram
 from sporadik_dask.read.window import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
@@ -297,14 +298,15 @@ def _csr(
 
 def piece_moments(load: Any, *arguments: Any) -> CoMoments:
     """A piece's :class:`CoMoments`: the mean from the column sums, the co-moment as the
-    sparse Gram matrix less ``cells * outer(mean, mean)`` (float64; log-normalized values lose
-    no digit that matters there), merged across pieces without cancellation."""
+    Gram matrix (:func:`~sporadik_dask.kernels.gram.gram`) less ``cells * outer(mean, mean)``
+    (float64; log-normalized values lose no digit that matters there), merged across pieces
+    without cancellation."""
     x = load(*arguments)
     cells, genes = x.shape
     if cells == 0:
         return CoMoments(0, np.zeros(genes), np.zeros((genes, genes)))
     mean = np.asarray(x.sum(axis=0)).ravel() / cells
-    gram = (x.T @ x).toarray()
+    gram = dense_gram(x)
     gram -= cells * np.outer(mean, mean)
     return CoMoments(cells, mean, gram)
 
