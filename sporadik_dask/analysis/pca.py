@@ -19,13 +19,20 @@ import numpy.typing as npt
 
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
+from sporadik_dask.kernels.gram import gram as dense_gram
 from sporadik_dask.read.window import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
 __all__ = ["CoMoments", "Components", "pca"]
 
-#: Blocks' co-moments one task merges.
-MERGE_FAN_IN = 8
+#: Pieces' co-moments one task merges: each holds a genes-by-genes matrix (32 MB at 2,000
+#: genes), and the leaves of a merge wait for it; 2 in place of 8 took the peak of HVG then PCA
+#: of 23 M values from 0.89 to 0.68 GiB (benchmarks/analysis.py).
+MERGE_FAN_IN = 2
+
+#: Values a span of cells holds at most: a task holds its indices, values and coordinates
+#: (about 40 bytes a value) besides the genes-by-genes matrices.
+SPAN_VALUES = 2**21
 
 #: Components when none are asked for, as scanpy's default.
 N_COMPS = 50
@@ -224,12 +231,14 @@ class _Pieces(NamedTuple):
 
 
 def _span_bounds(reader: Any, layout: Any, spans: int) -> npt.NDArray[np.int64]:
-    """Bounds of ``spans`` spans of the layout's positions, about equal in values."""
+    """Bounds of ``spans`` spans (or more, of :data:`SPAN_VALUES` each) of the layout's
+    positions, about equal in values."""
     from sporadik_dask.planning.plan import partition_bounds
 
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
-    bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
+    per_span = min(SPAN_VALUES, -(-int(indptr[-1]) // max(spans, 1)))
+    bounds = partition_bounds(indptr, max(1, per_span))
     if bounds.size < 2:
         bounds = np.array([0, layout.positions], dtype=np.int64)
     return np.asarray(bounds, dtype=np.int64)
@@ -289,14 +298,15 @@ def _csr(
 
 def piece_moments(load: Any, *arguments: Any) -> CoMoments:
     """A piece's :class:`CoMoments`: the mean from the column sums, the co-moment as the
-    sparse Gram matrix less ``cells * outer(mean, mean)`` (float64; log-normalized values lose
-    no digit that matters there), merged across pieces without cancellation."""
+    Gram matrix (:func:`~sporadik_dask.kernels.gram.gram`) less ``cells * outer(mean, mean)``
+    (float64; log-normalized values lose no digit that matters there), merged across pieces
+    without cancellation."""
     x = load(*arguments)
     cells, genes = x.shape
     if cells == 0:
         return CoMoments(0, np.zeros(genes), np.zeros((genes, genes)))
     mean = np.asarray(x.sum(axis=0)).ravel() / cells
-    gram = (x.T @ x).toarray()
+    gram = dense_gram(x)
     gram -= cells * np.outer(mean, mean)
     return CoMoments(cells, mean, gram)
 

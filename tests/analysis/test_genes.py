@@ -118,3 +118,14 @@ def test_a_cluster_selects_the_same_genes(
     path, _ = counts_store
     got = sd.highly_variable_genes(opened(path, "small chunks"), n_top_genes=30)
     _equal(got, sc.pp.highly_variable_genes(log_normalized, n_top_genes=30, inplace=False))
+
+
+def test_cells_along_the_second_dim_give_the_same_genes(
+    counts_store: tuple[Path, Any], log_normalized: Any
+) -> None:
+    import scanpy as sc
+
+    path, _ = counts_store
+    y = opened(path, "chunks={}").transpose("gene", "cell")
+    got = sd.highly_variable_genes(y, n_top_genes=30, dim="cell")
+    _equal(got, sc.pp.highly_variable_genes(log_normalized, n_top_genes=30, inplace=False))

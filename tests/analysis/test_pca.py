@@ -105,3 +105,14 @@ def test_a_cluster_computes_the_same_components(
     y = opened(path, "small chunks")
     got = sd.pca(y, 12, mask_var=expected[0]["highly_variable"])
     _equal_up_to_sign(got, expected[1])
+
+
+def test_cells_along_the_second_dim_give_the_same_pca(
+    counts_store: tuple[Path, Any], expected: tuple[Any, Any]
+) -> None:
+    """Genes by cells (``dim="cell"``): the blocks' cells are their second axis."""
+    path, _ = counts_store
+    y = opened(path, "chunks={}").transpose("gene", "cell")
+    got = sd.pca(y, 12, mask_var=expected[0]["highly_variable"].to_numpy(), dim="cell")
+    assert got["X_pca"].dims == ("cell", "pc")
+    _equal_up_to_sign(got, expected[1])
