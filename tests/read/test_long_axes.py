@@ -316,3 +316,24 @@ def test_a_range_index_labels_a_genome_length_axis_without_an_array_of_it(
         got, peak = measured(labelled)
     assert got == expected((slice(None), slice(2**31, 2**32 + 2)))
     assert peak < PEAK_BYTES
+
+
+def test_a_stored_coordinate_left_out_by_drop_variables_is_not_read(tmp_path: Path) -> None:
+    """A coordinate along a genome's positions is 8 bytes a position: dropping it at open skips
+    its chunks, where it was read whole and then dropped."""
+    from zarr.storage import LocalStore
+
+    from tests.helpers import RecordingStore, open_dataset
+
+    dense = np.zeros((2, 1_000), dtype=np.int32)
+    dense[ROWS % 2, POSITIONS % 1_000] = VALUES
+    array = xr.DataArray(
+        dense, dims=("sample", "pos"), coords={"pos": np.arange(1_000) * 10}, name="calls"
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    store = RecordingStore(LocalStore(tmp_path / "s.zarr", read_only=True))
+    dataset = open_dataset(store, drop_variables=["pos"])
+    assert "pos" not in dataset.coords and dataset["calls"].shape == (2, 1_000)
+    assert not [key for key in store.reads if key.startswith("coords/pos/c")], store.reads
+    kept = open_dataset(RecordingStore(LocalStore(tmp_path / "s.zarr", read_only=True)))
+    assert kept["pos"].values[-1] == 9_990
