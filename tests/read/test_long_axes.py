@@ -18,6 +18,7 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 
 #: A genome's length and more: past 2**31 and 2**32, so an int32 position would wrap.
 LENGTH = 5_000_000_000
@@ -270,6 +271,8 @@ def test_statistics_per_position_of_a_genome_length_axis_are_sparse_reductions(
             "abs() of a lazy variable reads it in blocks of 2**24 positions (dask's 'auto'), "
             "each bracketed in the position layout: minutes at this length"
         )
+    if EXPRESSIONS:
+        pytest.skip("not yet run through dask's expression model at this length")
     array = opened(store, how)
     over = "sample" if isinstance(array, xr.DataArray) else 0
     with dask.config.set(scheduler="synchronous"):
