@@ -115,7 +115,7 @@ def resident_mb(field: str) -> float:
 def run_case(store: str, case: str) -> dict[str, Any]:
     """One case in this process: seconds, the values read (a checksum), and the resident
     memory after the route's imports."""
-    what, route = case.split(", ")
+    what, route = case.rsplit(", ", 1)[0], CASES[case]
     if route == "reference":
         import sporadik
     else:  # the reading stack, imported lazily by the package, and sparse: the result's type

@@ -45,7 +45,8 @@ def open_store_dataset(
     patches.install()
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
-    labels = read_labels(opened.root, len(reader.shape), reader.location)
+    dropped = {str(name) for name in drop_variables or ()}
+    labels = read_labels(opened.root, len(reader.shape), reader.location, skip=dropped)
     if labels.coords:  # read from chunks after the root: of the store it described, or refused
         check_as_opened(opened)
     name = labels.name or _default_name(store)
@@ -53,7 +54,6 @@ def open_store_dataset(
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
     variable.encoding["preferred_chunks"] = preferred_chunks(reader.description, labels.dims)
     variable.encoding[READER_KEY] = reader
-    dropped = set(drop_variables or ())
     variables = {} if name in dropped else {name: variable}
     coords = {
         key: xr.Variable(c.dims, c.values, attrs=c.attrs)

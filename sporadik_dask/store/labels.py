@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -293,10 +293,11 @@ def _write_array(
             group.create_array(name, data=values, dimension_names=dims, attributes=attributes)
 
 
-def read_labels(root: AsyncGroup, rank: int, location: str) -> Labels:
+def read_labels(root: AsyncGroup, rank: int, location: str, skip: Collection[str] = ()) -> Labels:
     """The labels stored at ``root``, or unnamed ``dim_k`` dims where none are stored.
 
-    Reads the coordinates' nodes only, all at once (one round of requests on an object store).
+    Reads the coordinates' nodes only, all at once (one round of requests on an object store),
+    but those named in ``skip``: a coordinate along a genome's positions is 8 bytes a position.
     """
     from sporadik_dask.store.storage import run
 
@@ -307,7 +308,7 @@ def read_labels(root: AsyncGroup, rank: int, location: str) -> Labels:
             f"{location} stores dims {list(dims)} for a rank-{rank} array; the labels "
             "and the block disagree, so the dims cannot be trusted. Rewrite the store."
         )
-    names = [str(name) for name in stored.get("coords", [])]
+    names = [str(name) for name in stored.get("coords", []) if str(name) not in skip]
     coordinates = run(_read_coordinates(root, names, dims, location))
     coords = dict(zip(names, coordinates, strict=True))
     return Labels(stored.get("name"), dims, stored.get("attrs", {}), coords)

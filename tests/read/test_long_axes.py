@@ -18,6 +18,7 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
+from sporadik_dask.read.dask_model import EXPRESSIONS
 
 #: A genome's length and more: past 2**31 and 2**32, so an int32 position would wrap.
 LENGTH = 5_000_000_000
@@ -270,6 +271,8 @@ def test_statistics_per_position_of_a_genome_length_axis_are_sparse_reductions(
             "abs() of a lazy variable reads it in blocks of 2**24 positions (dask's 'auto'), "
             "each bracketed in the position layout: minutes at this length"
         )
+    if EXPRESSIONS:
+        pytest.skip("not yet run through dask's expression model at this length")
     array = opened(store, how)
     over = "sample" if isinstance(array, xr.DataArray) else 0
     with dask.config.set(scheduler="synchronous"):
@@ -316,3 +319,24 @@ def test_a_range_index_labels_a_genome_length_axis_without_an_array_of_it(
         got, peak = measured(labelled)
     assert got == expected((slice(None), slice(2**31, 2**32 + 2)))
     assert peak < PEAK_BYTES
+
+
+def test_a_stored_coordinate_left_out_by_drop_variables_is_not_read(tmp_path: Path) -> None:
+    """A coordinate along a genome's positions is 8 bytes a position: dropping it at open skips
+    its chunks, where it was read whole and then dropped."""
+    from zarr.storage import LocalStore
+
+    from tests.helpers import RecordingStore, open_dataset
+
+    dense = np.zeros((2, 1_000), dtype=np.int32)
+    dense[ROWS % 2, POSITIONS % 1_000] = VALUES
+    array = xr.DataArray(
+        dense, dims=("sample", "pos"), coords={"pos": np.arange(1_000) * 10}, name="calls"
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    store = RecordingStore(LocalStore(tmp_path / "s.zarr", read_only=True))
+    dataset = open_dataset(store, drop_variables=["pos"])
+    assert "pos" not in dataset.coords and dataset["calls"].shape == (2, 1_000)
+    assert not [key for key in store.reads if key.startswith("coords/pos/c")], store.reads
+    kept = open_dataset(RecordingStore(LocalStore(tmp_path / "s.zarr", read_only=True)))
+    assert kept["pos"].values[-1] == 9_990
