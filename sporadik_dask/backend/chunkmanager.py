@@ -85,9 +85,10 @@ def _sparse_from_array(data: Any, chunks: Any, kwargs: dict[str, Any]) -> Any:
     import sparse
     from dask.base import tokenize
 
+    from sporadik_dask.read.blocks import READ_PREFIX, read_blocks
+
     # the reading stack, loaded on first use
     from sporadik_dask.read.dask_model import read_array
-    from sporadik_dask.read.window import READ_PREFIX, read_blocks
 
     given = kwargs.get("name")
     options = {k: v for k, v in kwargs.items() if k not in ("name", "meta", "asarray")}

@@ -300,7 +300,7 @@ def _window_reduced(
     import dask
 
     from sporadik_dask.planning.budgets import SELECTION_READ_VALUES
-    from sporadik_dask.read.window import StoreWindow
+    from sporadik_dask.read.blocks import StoreWindow
     from sporadik_dask.reduce.selection import reduce_selection_dask
 
     if not isinstance(source, StoreWindow) or source.dropped or not dense:

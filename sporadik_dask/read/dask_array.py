@@ -58,7 +58,8 @@ def from_sporadik(
     import sparse
     from dask.base import tokenize
 
-    from sporadik_dask.read.window import as_sporadik_array, read_blocks
+    from sporadik_dask.read.blocks import read_blocks
+    from sporadik_dask.read.window import as_sporadik_array
 
     opened = open_store(store, storage_options=storage_options)
     layouts = opened.description.layouts
