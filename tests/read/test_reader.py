@@ -139,9 +139,20 @@ def test_any_selection_reads_the_dense_values_through_xarray_lazily_and_chunked(
             np.testing.assert_array_equal(result, expected)
 
 
-@pytest.mark.parametrize("store_kind", S3_SLOW, indirect=True)
-@pytest.mark.parametrize("rank", [2, 3, 4])
-@pytest.mark.parametrize("chunks", ["auto", 3, (5, 4, 2, 4)])
+#: Each rank in each chunking on a local directory, a memory store and a sharded store; on the
+#: S3 server (every chunk a request, each case seconds) the rank-4 store in blocks of its own.
+FROM_SPORADIK_CASES = [
+    pytest.param(rank, chunks, store, marks=[pytest.mark.slow] if store == "s3" else [])
+    for store in ("local", "memory", "sharded", "s3")
+    for rank in (2, 3, 4)
+    for chunks in ("auto", 3, (5, 4, 2, 4))
+    if store != "s3" or (rank, chunks) == (4, (5, 4, 2, 4))
+]
+
+
+@pytest.mark.parametrize(
+    ("rank", "chunks", "store_kind"), FROM_SPORADIK_CASES, indirect=["store_kind"]
+)
 def test_from_sporadik_gives_sparse_chunks_with_the_dense_values(
     tmp_path: Path, store_kind: StoreKind, rank: int, chunks: Any
 ) -> None:
