@@ -7,6 +7,7 @@ every zarr chunk, and the client writes the block last, only after every chunk w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -23,8 +24,11 @@ from sporadik_dask.store.codecs import Codecs, check_codecs, compressors_for
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
 from sporadik_dask.store.storage import StoreLike, location_of, open_group
+from sporadik_dask.write import spill
 from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.graph import count_graph, write_graph
+from sporadik_dask.write.kept import keep_to_for
+from sporadik_dask.write.piece_graphs import current_client, kept_pieces
 from sporadik_dask.write.skeleton import (
     LayoutSkeleton,
     Skeleton,
@@ -79,10 +83,14 @@ def plan_source(
     partition_bytes: int | None,
     shard: int | None = None,
     dtype: npt.DTypeLike | None = None,
-) -> dict[int, LayoutPlan]:
+) -> tuple[dict[int, LayoutPlan], Source]:
     """Count the source's values per position along each axis (one pass), and plan each layout,
     its values stored in the dtype ``dtype`` asks for (:mod:`~sporadik_dask.planning.dtypes`),
-    found from the range of values the same pass finds."""
+    found from the range of values the same pass finds.
+
+    Returns the plans and the source for the write: the pieces the pass kept, where it kept
+    them (:mod:`~sporadik_dask.write.kept`), else the source as given.
+    """
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
     if shard is not None and byte_addressable:
@@ -91,32 +99,42 @@ def plan_source(
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
     ranged = check_dtype_option(dtype) is not None
-    counts, repeats, spans, found = count_graph(
-        source.pieces, source.shape, axes, ranged=ranged
-    ).compute()
-    if repeats and duplicates == "refuse":
-        raise LayoutError(
-            f"{repeats} values name a cell another value already names. With duplicates='refuse' "
-            "nothing was written; pass duplicates='sum' to add them together, as scipy does."
-        )
-    stored = stored_dtype(dtype, source.dtype, found)
-    target = partition_values(source.dtype, partition_bytes)
-    rank = len(source.shape)
-    return {
-        axis: plan_layout(
-            source.shape,
-            axis,
-            tuple(a for a in range(rank) if a != axis),
-            column,
-            stored,
-            partition_values=target,
-            chunk=chunk,
-            byte_addressable=byte_addressable,
-            shard=shard,
-            spans=spans[:, k],
-        )
-        for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
-    }
+    keep_to = keep_to_for(source.pieces.keep, current_client())
+    try:
+        counts, repeats, spans, found, kept = count_graph(
+            source.pieces, source.shape, axes, ranged=ranged, keep_to=keep_to
+        ).compute()
+        if repeats and duplicates == "refuse":
+            raise LayoutError(
+                f"{repeats} values name a cell another value already names. With "
+                "duplicates='refuse' nothing was written; pass duplicates='sum' to add them "
+                "together, as scipy does."
+            )
+        stored = stored_dtype(dtype, source.dtype, found)
+        target = partition_values(source.dtype, partition_bytes)
+        rank = len(source.shape)
+        plans = {
+            axis: plan_layout(
+                source.shape,
+                axis,
+                tuple(a for a in range(rank) if a != axis),
+                column,
+                stored,
+                partition_values=target,
+                chunk=chunk,
+                byte_addressable=byte_addressable,
+                shard=shard,
+                spans=spans[:, k],
+            )
+            for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
+        }
+    except BaseException:
+        if keep_to is not None:
+            spill.remove(keep_to.directories)
+        raise
+    if keep_to is not None:
+        source = replace(source, pieces=kept_pieces(source.pieces, kept, keep_to.local))
+    return plans, source
 
 
 def _read_from(x: Any) -> list[str]:
@@ -340,10 +358,10 @@ def to_sporadik(
     check_dtype_option(dtype)
     inputs = _read_from(x)
     check_target(store, overwrite=overwrite, storage_options=storage_options, inputs=inputs)
-    source = source_of(x, shape=shape, columns=columns, values=values)
-    plans = plan_source(
-        source,
-        _axes(axes, len(source.shape)),
+    given = source_of(x, shape=shape, columns=columns, values=values)
+    plans, source = plan_source(
+        given,
+        _axes(axes, len(given.shape)),
         duplicates=duplicates,
         chunk=chunk,
         byte_addressable=byte_addressable,
@@ -351,17 +369,21 @@ def to_sporadik(
         shard=shard,
         dtype=dtype,
     )
-    skeleton, arrays = _skeleton(
-        store,
-        storage_options,
-        overwrite,
-        source.labels,
-        plans,
-        byte_addressable,
-        codecs,
-        source.pieces.keys,
-    )
-    block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
+    try:
+        skeleton, arrays = _skeleton(
+            store,
+            storage_options,
+            overwrite,
+            source.labels,
+            plans,
+            byte_addressable,
+            codecs,
+            given.pieces.keys,
+        )
+        block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
+    except BaseException:
+        spill.remove(source.pieces.kept)
+        raise
     return _write(source, plans, arrays, skeleton.where / LAYOUTS_GROUP, block, skeleton, compute)
 
 
@@ -388,12 +410,21 @@ def _write(
     # a layout added to a finished store is never the write's own to delete (``discard``)
     token = laid_out.token if isinstance(laid_out, Skeleton) else None
     location = laid_out.location
-    graph, keys, spill_to = write_graph(
-        source.pieces, plans, arrays, spilled, shared=layouts, first=first
+    try:
+        graph, keys, spill_to = write_graph(
+            source.pieces, plans, arrays, spilled, shared=layouts, first=first
+        )
+    except BaseException:
+        spill.remove(source.pieces.kept)
+        raise
+    write = StoreWrite(
+        graph, keys, layouts.store, block, location, spill_to, token=token, kept=source.pieces.kept
     )
-    write = StoreWrite(graph, keys, layouts.store, block, location, spill_to, token=token)
     if compute:
-        description: StoreDescription = write.compute()
+        try:
+            description: StoreDescription = write.compute()
+        finally:
+            spill.remove(source.pieces.kept)  # no one retries a write they did not hold
         return description
     return write
 
@@ -459,7 +490,7 @@ def add_axis(
     root = open_group(store, mode="r+", storage_options=storage_options)
     child = root[held.path]
     source = source_of_layout(child, held, description.location)
-    plans = plan_source(
+    plans, source = plan_source(
         source,
         (axis,),
         duplicates="refuse",
