@@ -109,9 +109,11 @@ def kept_piece(kept: KeptPiece) -> Piece:
     with open(kept.path, "rb") as file:
         coords: Any = np.fromfile(file, dtype=coords_dtype, count=kept.rank * kept.length)
         data = np.fromfile(file, dtype=data_dtype, count=kept.length)
-    if data.shape[0] != kept.length:
+    if coords.shape[0] != kept.rank * kept.length or data.shape[0] != kept.length:
+        expected = kept.length * (kept.rank * coords_dtype.itemsize + data_dtype.itemsize)
         raise OSError(
-            f"The kept piece {kept.path} holds {data.shape[0]} of its {kept.length} values; "
-            "something removed or truncated the write's directory of kept pieces while it ran."
+            f"The kept piece {kept.path} is {os.path.getsize(kept.path):,} of its "
+            f"{expected:,} bytes; something removed or truncated the write's directory of kept "
+            "pieces while it ran. Write again."
         )
     return Piece(coords.reshape(kept.rank, kept.length).astype(np.int64), data)
