@@ -20,7 +20,7 @@ import numpy.typing as npt
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.kernels.gram import gram as dense_gram
-from sporadik_dask.read.window import reader_of
+from sporadik_dask.read.blocks import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
 __all__ = ["CoMoments", "Components", "pca"]

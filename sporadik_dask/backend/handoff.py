@@ -58,9 +58,8 @@ def _selected(held: Any) -> tuple[Any, tuple[Any, Any], tuple[int, int]] | None:
     """The reader of a rank-2 store with a layout, the positions along each of its axes the
     variable selects, and the store axis of its rows and columns; None for anything else."""
     from sporadik_dask.read import StoreReader
-    from sporadik_dask.read.blocks import StoreWindow
+    from sporadik_dask.read.blocks import StoreWindow, reader_of
     from sporadik_dask.read.selection import as_array
-    from sporadik_dask.read.window import reader_of
 
     if _is_dask(held):
         source = reader_of(held)

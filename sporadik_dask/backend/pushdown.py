@@ -31,7 +31,7 @@ from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.elementwise import Recorded, recorded
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
-from sporadik_dask.read.window import reader_of
+from sporadik_dask.read.blocks import reader_of
 
 __all__ = ["op_of", "options_of", "pushed_data", "pushing_down", "where_filled"]
 
