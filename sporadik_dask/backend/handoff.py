@@ -1,10 +1,10 @@
 """A sporadik variable handed to scipy, anndata and scanpy: a ``csr_matrix`` with int32 indices.
 
 scanpy and anndata take ``scipy.sparse.csr_matrix``; ``sparse``'s ``tocsr`` gives a ``csr_array``
-with int64 indices, which scanpy 1.11's ``normalize_total`` does not special-case: it tried a
-dense broadcast, held 1.5 GiB for a 0.4 MiB matrix and failed. A lazily opened variable is
-read straight from a layout's runs into CSR (no ``sparse.COO`` coordinates on the way); a chunked
-one band of rows at a time.
+with int64 indices, which scanpy 1.11's ``normalize_total`` does not special-case: it tries a dense
+broadcast, which runs out of memory even for a small matrix (docs/benchmarks.md, "Numbers behind the
+code's choices"). A lazily opened variable is read straight from a layout's runs into CSR (no
+``sparse.COO`` coordinates on the way); a chunked one band of rows at a time.
 """
 
 from __future__ import annotations
