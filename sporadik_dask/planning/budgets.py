@@ -4,10 +4,8 @@ Every size the package picks by itself is set here, so one file answers "why is 
 big". Read blocks are sized by what they hold in memory as ``sparse.COO`` (the values plus one
 int64 coordinate per axis each), not by the cells they span: a single-cell matrix is 99 % zeros,
 and dask's own ``"auto"`` (dense bytes) would cut it into blocks of a few MB of values across
-both axes. Measurements: 2 cores, a 100,000 x 8,000 float32 store of 3.64 M values (72.8 MB as
-COO, ``synthetic.counts_matrix(cells=100_000, genes=8_000, density=0.00385, seed=1)``),
-``xr.open_dataset(..., chunks={"cell": n})`` then ``.sum("cell")`` / ``.mean("gene")`` (pushed
-down to per-block kernels).
+both axes. The measurements behind each default are in docs/benchmarks.md, "How the budgets were
+chosen".
 """
 
 from __future__ import annotations

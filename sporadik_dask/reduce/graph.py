@@ -158,9 +158,9 @@ class FreshResult(da.Array):
     it is.
 
     dask copies a single block on the way out, in case it is a buffer held in the graph or by a
-    worker: a deep copy for ``sparse.COO``, 0.6 s of a 3.3 s grouped sum of 68 M cells. A block
-    a reduction's last task made holds nothing anyone else has. A persisted one is a plain dask
-    array again, copied as dask copies.
+    worker: a deep copy for ``sparse.COO``, a good part of a grouped sum (docs/benchmarks.md,
+    "Numbers behind the code's choices"). A block a reduction's last task made holds nothing anyone
+    else has. A persisted one is a plain dask array again, copied as dask copies.
     """
 
     __slots__ = ()
