@@ -1,5 +1,9 @@
 """Threads that overlap reading with adding: the next batch of runs fetched while this one is
-added, a batch laid down while the next is added up."""
+added, a batch laid down while the next is added up.
+
+Each is one thread of its own, living as long as its pass, not a share of the decode pool
+(:mod:`~sporadik_dask.store.parallel`): its one-behind order is what bounds memory to two
+batches, and a fetch on a decode thread would decode its chunks inline, on one core."""
 
 from __future__ import annotations
 
