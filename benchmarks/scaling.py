@@ -8,12 +8,13 @@ on threads, side by side in the same run.
 their medians: the machine's noise is larger than the differences measured.
 
 Each write runs in a fresh process of its own (the cluster, or the threads, with it), after a
-small warm-up write on the same workers, timed apart. Reported
-per write: wall time, the planning pass's share of it (the count per position, before any value
-moves), the largest worker's RSS (sampled every 50 ms; on threads, the process's own), whether
-any worker was restarted (a worker past its memory limit is), and the size of the graph the
-client sent to the scheduler. Writes ``docs/scaling.md`` and ``docs/scaling.png``; the text
-after the discussion marker of ``docs/scaling.md`` is kept across runs.
+small warm-up write on the same workers, timed apart. Reported per write: wall time, CPU
+seconds (of the process and its workers), the planning pass's share of the wall time (the count
+per position, before any value moves), the largest worker's RSS (sampled every 50 ms; on
+threads, the process's own), whether any worker was restarted (a worker past its memory limit
+is), and the size of the graph the client sent to the scheduler. Writes ``docs/scaling.md`` and
+``docs/scaling.png``; the text after the discussion marker of ``docs/scaling.md`` is kept across
+runs.
 """
 
 from __future__ import annotations
