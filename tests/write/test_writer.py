@@ -927,3 +927,23 @@ def test_a_pending_write_never_computed_leaves_no_kept_piece(tmp_path: Path) -> 
     assert any(scratch.iterdir())
     del write
     assert not any(scratch.iterdir())
+
+
+def _logged_chunk(
+    values: npt.NDArray[Any], log: str, block_info: dict[int, Any] | None = None
+) -> npt.NDArray[Any]:
+    """A chunk of a column as it is, its number appended to the file ``log``."""
+    assert block_info is not None
+    with open(log, "a") as file:
+        file.write(f"{block_info[0]['chunk-location'][0]}\n")
+    return values
+
+
+def test_coordinate_columns_are_read_once(tmp_path: Path) -> None:
+    log = tmp_path / "reads"
+    dense = random_dense(np.random.default_rng(51), (40, 30), 0.2)
+    values, columns = _columns(dense, (20, 15))
+    logged = values.map_blocks(_logged_chunk, str(log), dtype=values.dtype)
+    sd.to_sporadik((logged, columns), tmp_path / "s.zarr", shape=dense.shape)
+    assert reads_logged(log) == list(range(len(values.chunks[0])))
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
