@@ -274,6 +274,7 @@ def test_the_numbers_of_scanpys_seurat_gene_selection_come_from_one_pass_each(
     np.testing.assert_allclose(dispersions, hvg["dispersions"], rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 def test_a_cluster_applies_the_steps_in_its_workers_and_equals_numpy(
     store: tuple[Path, npt.NDArray[Any]], client: Any
