@@ -221,4 +221,4 @@ def kept_of_runs(
     kept = np.empty(len(indices), dtype=np.int32)
     at = np.empty(len(indices), dtype=np.int64)
     count = _kept_of_runs(np.asarray(lengths, dtype=np.int64), indices, columns, indptr, kept, at)
-    return indptr, kept[:count], at[:count]
+    return indptr, kept[:count].copy(), at[:count]  # the columns may be held: not the whole
