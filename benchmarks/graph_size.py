@@ -65,8 +65,8 @@ def measure(factor: int) -> dict[str, Any]:
     from sporadik_dask.write.array_refs import ArrayRef
     from sporadik_dask.write.graph import write_graph
     from sporadik_dask.write.piece_graphs import pieces_of_blocks
+    from sporadik_dask.write.skeleton import create_layout
     from sporadik_dask.write.store_write import StoreWrite
-    from sporadik_dask.write.writer import create_layout
 
     started = time.perf_counter()
     x = counts_matrix(cells=CELLS * factor)

@@ -27,10 +27,10 @@ LAYERS = (
 #: Imports that point up, each made inside the function that needs it, with why.
 UPWARD = {
     # a reduction of a dask read is a pass over the store's runs, not dask's over its blocks
-    ("sporadik_dask.read.window", "sporadik_dask.reduce.fields"),
-    ("sporadik_dask.read.window", "sporadik_dask.reduce.results"),
-    ("sporadik_dask.read.window", "sporadik_dask.reduce.spans"),
-    ("sporadik_dask.read.window", "sporadik_dask.reduce.target"),
+    ("sporadik_dask.read.reductions", "sporadik_dask.reduce.fields"),
+    ("sporadik_dask.read.reductions", "sporadik_dask.reduce.results"),
+    ("sporadik_dask.read.reductions", "sporadik_dask.reduce.spans"),
+    ("sporadik_dask.read.reductions", "sporadik_dask.reduce.target"),
 }
 
 

@@ -83,7 +83,7 @@ def mean_and_variance(
     variance (pushed down to the store as far as they can be), two passes."""
     import dask
 
-    from sporadik_dask.read.window import reader_of
+    from sporadik_dask.read.blocks import reader_of
     from sporadik_dask.reduce.elementwise import Transformed
     from sporadik_dask.reduce.spans import moments_store_dask
     from sporadik_dask.reduce.target import Target

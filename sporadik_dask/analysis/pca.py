@@ -20,7 +20,7 @@ import numpy.typing as npt
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.kernels.gram import gram as dense_gram
-from sporadik_dask.read.window import reader_of
+from sporadik_dask.read.blocks import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
 __all__ = ["CoMoments", "Components", "pca"]
@@ -162,9 +162,9 @@ class _Pieces(NamedTuple):
 
         The genes are selected in each piece's task, from its coordinates: a read of a list of
         genes is cut into blocks of genes, not of cells, and dask's own selection of
-        ``sparse.COO`` blocks scans every coordinate once per gene (12 s where the whole read
-        took 0.2 s). A span's runs come straight from the reader, with no ``sparse.COO`` made
-        (the read of 23 M values as blocks took 9 s of a 17 s pass)."""
+        ``sparse.COO`` blocks scans every coordinate once per gene. A span's runs come straight
+        from the reader, with no ``sparse.COO`` made, which took half of a pass
+        (docs/benchmarks.md, "Numbers behind the code's choices")."""
         import dask
 
         columns = np.full(data.shape[1 - axis], -1, dtype=np.int64)

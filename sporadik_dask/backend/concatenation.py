@@ -1,17 +1,17 @@
 """Joins: dask's of ``sparse.COO`` blocks along a later axis by counting sorts, not sparse's
 argsort; xarray's of lazily opened sporadik variables (``xr.concat``, ``reindex``).
 
-A selection of genes under ``chunks=`` is read in blocks along the gene axis (each block reads
-its genes' runs once), so computing it joins blocks along axis 1. dask hands that to
-``sparse.concatenate``, which sorts the joined coordinates with an argsort and checks them with
-a numba function it does not cache: compiled in every new process, about a second (measured,
-100 sorted genes of 60,000 x 20,000 cells: 0.87 s first against 0.06 s again). The blocks are
-each in C order already, so a stable counting sort along the axes before the joined one puts
-them in C order in O(n), with this package's cached kernels
-(:mod:`sporadik_dask.backend.patches` has dask join ``sparse.COO`` blocks with it): the result
-is the one sparse gives (tested against it). Blocks that are anyone else's (not read from a
-store, :mod:`sporadik_dask.marks`) and any other join are sparse's own.
-``dask.config`` ``sporadik.join-in-order: False`` hands every join back to ``sparse.concatenate``.
+A selection of genes under ``chunks=`` is read in blocks along the gene axis (each block reads its
+genes' runs once), so computing it joins blocks along axis 1. dask hands that to
+``sparse.concatenate``, which sorts the joined coordinates with an argsort and checks them with a
+numba function it does not cache, compiled in every new process: a first join costs about a second
+more than later ones (docs/benchmarks.md, "Numbers behind the code's choices"). The blocks are each
+in C order already, so a stable counting sort along the axes before the joined one puts them in C
+order in O(n), with this package's cached kernels (:mod:`sporadik_dask.backend.patches` has dask
+join ``sparse.COO`` blocks with it): the result is the one sparse gives (tested against it). Blocks
+that are anyone else's (not read from a store, :mod:`sporadik_dask.marks`) and any other join are
+sparse's own. ``dask.config`` ``sporadik.join-in-order: False`` hands every join back to
+``sparse.concatenate``.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def concatenate_in_order(arrays: Sequence[Any], axis: int = 0) -> Any:
     """``sparse.concatenate(arrays, axis)``, with the result put in C order by counting sorts
     when every block was read from a store.
 
-    0. Blocks not all read from a store (:func:`~sporadik_dask.marks.is_read_sparse`) are
-       anyone else's: ``sparse.concatenate`` joins them, as it would had no store been opened.
-       Of ours, one block is the join: dask joins a column of blocks along each axis in turn, so a
-       copy of each would be held beside the blocks and the result (the whole of 40.6 M values
-       under ``chunks={}``: 2.59 GiB, 1.87 GiB without the copies).
+    0. Blocks not all read from a store (:func:`~sporadik_dask.marks.is_read_sparse`) are anyone
+       else's: ``sparse.concatenate`` joins them, as it would had no store been opened. Of ours, one
+       block is the join: dask joins a column of blocks along each axis in turn, so a copy of each
+       would be held beside the blocks and the result (docs/benchmarks.md, "Numbers behind the
+       code's choices").
     1. Along the leading axis, or for anything but ``sparse.COO`` blocks of one rank, fill value
        and coordinate dtype (int64, or int32 that holds the joined axis), hand over to
        ``sparse.concatenate`` (its own join along the

@@ -1,22 +1,21 @@
 """Products: ``xr.dot`` (and ``@``) of a sparse variable with a dense one, as a matrix product.
 
 ``xr.dot`` hands its operands to ``einsum``, and ``sparse.einsum`` multiplies them out into the
-"minimal outer product" before it sums: every stored value times every column of the dense
-operand. Cells x genes against genes x 50 held 50 values per stored value (1,000 of 200,000
-cells took 0.87 GiB, the whole matrix could not be done), for a result the size of cells x 50.
-A product of one sparse operand (fill value 0) with a dense one, each index either summed over
-by both or kept from one, is a ``tensordot``: here the sparse operand is turned so that its
-kept axes lead, made a ``scipy.sparse`` CSR matrix, and multiplied with the dense one, which
-scipy does about 4x faster than ``sparse``'s own ``tensordot`` or ``@`` (50,000 x 20,000 at
-1 %, times 20,000 x 50: 0.2 s against 0.8 s). Under dask each pair of blocks is multiplied so,
-and the partial products summed as dask's ``tensordot`` does, so no task holds more than its
-blocks. Only a product of a store's data is taken so (:mod:`~sporadik_dask.backend.ours`): a
-user's own ``sparse.COO`` times a dense array stays ``sparse.einsum``'s. A product whose dense
-result would outgrow the sparse one (nothing summed, as in an outer product or a scaling, or a
-short axis summed) stays sparse, as does any other ``einsum`` (batch dims, both operands sparse
-or both dense, a fill value that is not 0): xarray's own.
-``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or
-more operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
+"minimal outer product" before it sums: every stored value times every column of the dense operand:
+cells x genes against genes x 50 holds 50 values per stored value, for a result the size of cells x
+50, and a whole matrix does not fit (docs/benchmarks.md, "Numbers behind the code's choices"). A
+product of one sparse operand (fill value 0) with a dense one, each index either summed over by both
+or kept from one, is a ``tensordot``: here the sparse operand is turned so that its kept axes lead,
+made a ``scipy.sparse`` CSR matrix, and multiplied with the dense one, which scipy does several
+times faster than ``sparse``'s own ``tensordot`` or ``@`` (same section). Under dask each pair of
+blocks is multiplied so, and the partial products summed as dask's ``tensordot`` does, so no task
+holds more than its blocks. Only a product of a store's data is taken so
+(:mod:`~sporadik_dask.backend.ours`): a user's own ``sparse.COO`` times a dense array stays
+``sparse.einsum``'s. A product whose dense result would outgrow the sparse one (nothing summed, as
+in an outer product or a scaling, or a short axis summed) stays sparse, as does any other ``einsum``
+(batch dims, both operands sparse or both dense, a fill value that is not 0): xarray's own.
+``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or more
+operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def steps_of(arg: Any) -> Recorded | None:
         return found
     from sporadik_dask.backend.ours import is_read_dask
     from sporadik_dask.read import StoreReader
-    from sporadik_dask.read.window import reader_of
+    from sporadik_dask.read.blocks import reader_of
 
     if not is_read_dask(arg) or not isinstance(reader_of(arg), StoreReader):
         return None

@@ -169,7 +169,8 @@ def dataset_grouped_pushing_down(
     dim pushed down as a DataArray's is, every other variable by xarray's own path.
 
     xarray reduces a Dataset's groups one at a time (a read and a reduction per group) or hands
-    every variable to flox, which densifies a sparse one: 20 s for 6 groups of 200,000 cells."""
+    every variable to flox, which densifies a sparse one (docs/benchmarks.md, "Numbers behind the
+    code's choices")."""
 
     @functools.wraps(original)
     def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,10 +1,10 @@
 """A sporadik variable handed to scipy, anndata and scanpy: a ``csr_matrix`` with int32 indices.
 
 scanpy and anndata take ``scipy.sparse.csr_matrix``; ``sparse``'s ``tocsr`` gives a ``csr_array``
-with int64 indices, which scanpy 1.11's ``normalize_total`` does not special-case: it tried a
-dense broadcast, held 1.5 GiB for a 0.4 MiB matrix and failed. A lazily opened variable is
-read straight from a layout's runs into CSR (no ``sparse.COO`` coordinates on the way); a chunked
-one band of rows at a time.
+with int64 indices, which scanpy 1.11's ``normalize_total`` does not special-case: it tries a dense
+broadcast, which runs out of memory even for a small matrix (docs/benchmarks.md, "Numbers behind the
+code's choices"). A lazily opened variable is read straight from a layout's runs into CSR (no
+``sparse.COO`` coordinates on the way); a chunked one band of rows at a time.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ def _selected(held: Any) -> tuple[Any, tuple[Any, Any], tuple[int, int]] | None:
     """The reader of a rank-2 store with a layout, the positions along each of its axes the
     variable selects, and the store axis of its rows and columns; None for anything else."""
     from sporadik_dask.read import StoreReader
-    from sporadik_dask.read.blocks import StoreWindow
+    from sporadik_dask.read.blocks import StoreWindow, reader_of
     from sporadik_dask.read.selection import as_array
-    from sporadik_dask.read.window import reader_of
 
     if _is_dask(held):
         source = reader_of(held)

@@ -3,8 +3,8 @@ a row layout, and assembled as a read from the store is.
 
 Once a lazily opened variable is loaded (``.load()``, ``.compute()``, or xarray caching what
 ``.data`` read), xarray hands each later selection to ``sparse``'s indexing, one axis at a
-time. Its masks and lists scan and compare every coordinate per axis: a mask of 84 % of
-200,000 cells over 40.6 M values took 5.5 s, against 2.2 s to read the whole store from disk.
+time. Its masks and lists scan and compare every coordinate per axis, slower than reading the
+whole store from disk again (docs/benchmarks.md, "Numbers behind the code's choices").
 A ``sparse.COO`` in C order holds its values as rows, one run per position of the first axis.
 So the values outside the selected positions are dropped first (one table lookup per axis),
 and the rows left handed to the same :func:`~sporadik_dask.read.assembly.assemble` a read from
@@ -256,10 +256,11 @@ def _kept_runs(array: Any, keep: Any, rows: Any) -> tuple[Any, Any, Any]:
 
 def _rank2_direct(array: Any, selection: Selection) -> Any:
     """A rank-2 selection taken from the array's own rows by one kernel, as a read's runs are
-    (:func:`~sporadik_dask.kernels.runs.rows_of_runs`): nothing gathered first, the result
-    written once at its final size (on a machine where fresh pages are dear, a mask of 84 % of 40.6
-    M values spent 4 of its 5 s gathering the kept rows first). None for what the kernel does not
-    take (a dropped axis, columns asked for twice or out of order), left to :func:`assemble`.
+    (:func:`~sporadik_dask.kernels.runs.rows_of_runs`): nothing gathered first, the result written
+    once at its final size: where fresh pages are dear, gathering the kept rows first cost most of
+    the time (docs/benchmarks.md, "Numbers behind the code's choices"). None for what the kernel
+    does not take (a dropped axis, columns asked for twice or out of order), left to
+    :func:`assemble`.
     """
     if selection.dropped or not (selection.ordered(1) or descending(selection, 1)):
         return None

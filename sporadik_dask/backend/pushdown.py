@@ -31,7 +31,7 @@ from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.elementwise import Recorded, recorded
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
-from sporadik_dask.read.window import reader_of
+from sporadik_dask.read.blocks import reader_of
 
 __all__ = ["op_of", "options_of", "pushed_data", "pushing_down", "where_filled"]
 
@@ -226,13 +226,13 @@ def pushed_data(
 def _selection_reduced(
     held: Any, target: Any, op: Any, *, skipna: bool, ddof: int, dense: bool
 ) -> Any:
-    """``op`` over a lazy selection of a store along one of its axes, in the store's one pass
-    with the selection as a grouping: memory as for the whole store's reduction, where reading
-    the selection first held all of it (+1.40 GB against +0.07 GB over 40 M values). Along
+    """``op`` over a lazy selection of a store along one of its axes, in the store's one pass with
+    the selection as a grouping: memory as for the whole store's reduction, where reading the
+    selection first held all of it (docs/benchmarks.md, "Numbers behind the code's choices"). Along
     several axes, :func:`~sporadik_dask.reduce.selection.reduce_selection`. None for a position
-    twice where it would be added twice, a transposed view, a sparse result of several axes, and
-    for a selection estimated under ``sporadik.selection-read-values`` values: read, it costs
-    what it selects.
+    twice where it would be added twice, a transposed view, a sparse result of several axes, and for
+    a selection estimated under ``sporadik.selection-read-values`` values: read, it costs what it
+    selects.
 
     1. Selected along a kept axis: each selected position is a group of its own, in the order
        selected; with a groupby along that axis, each keeps its group.

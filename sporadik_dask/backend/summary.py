@@ -23,7 +23,7 @@ def stored_size(variable: Any) -> tuple[int, int] | None:
     from sporadik_dask.backend.array import backend_under
     from sporadik_dask.backend.ours import is_read_dask
     from sporadik_dask.read import StoreReader
-    from sporadik_dask.read.window import reader_of
+    from sporadik_dask.read.blocks import reader_of
 
     held = variable._data
     reader: Any = None

@@ -1,8 +1,8 @@
 """A sparse matrix's Gram matrix ``Xᵀ X``, dense, from its CSR arrays in one pass over its rows.
 
 scipy's product of two sparse matrices makes a sparse result in two passes (its size, then its
-values), then ``toarray``: 0.64 s of a PCA span's 1.39 s at 2,000 genes. Each row's pairs of
-values add straight into the dense result here.
+values), then ``toarray``, most of a PCA span's time (docs/benchmarks.md, "Numbers behind the code's
+choices"). Each row's pairs of values add straight into the dense result here.
 """
 
 from __future__ import annotations

@@ -7,14 +7,13 @@ this package (and of ``sparse``, below) under ``$SPORADIK_DASK_CACHE_DIR``, or t
 cache directory (``~/.cache/sporadik-dask/numba`` on Linux). ``NUMBA_CACHE_DIR``, when set, still
 wins, as numba documents.
 
-``sparse`` compiles its numba functions without a cache, so every new process (each dask worker
-too) compiles those a read's blocks meet again: a ``format="gcxs"`` sum's first call took 14-25 s
-against 0.03 s warm, a sum of ``sparse.COO`` blocks 4-15 s against 0.1 s (2-core machine, under
-load). :func:`cache_sparse_kernels` turns numba's own disk cache on for ``sparse``'s module-level
-functions when the reading stack is loaded: the same compiled code, loaded rather than compiled
-(measured: first calls 1.0 s and 0.1 s). It changes nothing but where compiled code comes from;
-``dask.config`` ``sporadik.cache-sparse-kernels: False`` (read when the reading stack is first
-imported, e.g. ``DASK_SPORADIK__CACHE_SPARSE_KERNELS=False``) leaves ``sparse`` as it is.
+``sparse`` compiles its numba functions without a cache, so every new process (each dask worker too)
+compiles those a read's blocks meet again, seconds before a first sum's result (docs/benchmarks.md,
+"Numbers behind the code's choices"). :func:`cache_sparse_kernels` turns numba's own disk cache on
+for ``sparse``'s module-level functions when the reading stack is loaded: the same compiled code,
+loaded rather than compiled. It changes nothing but where compiled code comes from; ``dask.config``
+``sporadik.cache-sparse-kernels: False`` (read when the reading stack is first imported, e.g.
+``DASK_SPORADIK__CACHE_SPARSE_KERNELS=False``) leaves ``sparse`` as it is.
 
 The locator list is numba's private ``CacheImpl._locator_classes`` and a dispatcher's ``_cache``
 its private cache: both are reached here only, and ``tests/kernels/test_numba_cache.py`` checks

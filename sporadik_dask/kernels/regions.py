@@ -221,11 +221,11 @@ class Regions:
     def place_codes(
         self, codes: npt.NDArray[Any], offsets: npt.NDArray[Any], data: npt.NDArray[Any]
     ) -> None:
-        """Append cells to their leads, given as each cell's lead (``codes``) and offset, in C
-        order within each lead, at rank 2 with one lead per row: each cell straight into its
-        region, in the order they come. A counting pass by lead first was slower (68 M cells
-        into 50,000 regions: 1.42 s against 0.95 s): the regions' pages are huge ones, so the
-        TLB holds them all, and the last line written of each region stays in cache."""
+        """Append cells to their leads, given as each cell's lead (``codes``) and offset, in C order
+        within each lead, at rank 2 with one lead per row: each cell straight into its region, in
+        the order they come. A counting pass by lead first was slower (docs/benchmarks.md, "Numbers
+        behind the code's choices"): the regions' pages are huge ones, so the TLB holds them all,
+        and the last line written of each region stays in cache."""
         if not self._split:
             raise ValueError("place_codes lays down rank-2 regions of one row each")
         bad = _place_codes(codes, offsets, data, self.fill, self.ends, self.coords, self.values)

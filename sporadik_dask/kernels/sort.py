@@ -251,9 +251,10 @@ def sort_by_code(
     """``ids`` and ``data`` stably sorted by ``codes`` (in ``[0, leads)``), in place; ``codes``
     is spent (it holds the low pass's order afterwards).
 
-    Two stable counting passes over the low and high bits of the key, about ``sqrt(leads)``
-    buckets each: a single pass over tens of thousands of keys writes to as many places at once,
-    a cache miss per value (86 M values into 50,000 keys: 6.9 s); a few hundred stay in cache.
+    Two stable counting passes over the low and high bits of the key, about ``sqrt(leads)`` buckets
+    each: a single pass over tens of thousands of keys writes to as many places at once, a cache
+    miss per value (docs/benchmarks.md, "Numbers behind the code's choices"); a few hundred stay in
+    cache.
     """
     if ids.size < 2 or leads < 2:
         return ids, data

@@ -4,10 +4,8 @@ Every size the package picks by itself is set here, so one file answers "why is 
 big". Read blocks are sized by what they hold in memory as ``sparse.COO`` (the values plus one
 int64 coordinate per axis each), not by the cells they span: a single-cell matrix is 99 % zeros,
 and dask's own ``"auto"`` (dense bytes) would cut it into blocks of a few MB of values across
-both axes. Measurements: 2 cores, a 100,000 x 8,000 float32 store of 3.64 M values (72.8 MB as
-COO, ``synthetic.counts_matrix(cells=100_000, genes=8_000, density=0.00385, seed=1)``),
-``xr.open_dataset(..., chunks={"cell": n})`` then ``.sum("cell")`` / ``.mean("gene")`` (pushed
-down to per-block kernels).
+both axes. The measurements behind each default are in docs/benchmarks.md, "How the budgets were
+chosen".
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ if TYPE_CHECKING:
     from sporadik_dask.store.describe import LayoutDescription
 
 __all__ = [
+    "BATCH_BYTES",
     "BATCH_VALUES",
     "BLOCKS_PER_CORE",
     "BRACKET_POSITIONS",
@@ -84,6 +83,12 @@ CHUNKS_AT_ONCE = 64
 #: Values :func:`~sporadik_dask.reduce.store.reduce_store` reads per batch of runs: a few tens
 #: of MB with their coordinates.
 BATCH_VALUES = 2**21
+
+#: Bytes of values and indices a batch of a reduction's pass holds (2 Mi float32 values alone):
+#: a pass that needs each value's index (a filter, a group per index) takes half the values per
+#: batch of one that needs only the runs, so a filtered reduction holds what the unfiltered one
+#: does.
+BATCH_BYTES = 2**23
 
 #: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
 #: the store's pass: reading holds about what a batch of the pass holds, and reads only the

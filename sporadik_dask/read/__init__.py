@@ -7,8 +7,9 @@ read; a selection no present layout narrows is a scan, with a warning.
 
 Modules, one job each: ``selection`` (keys to positions), ``routing`` (pure: which layout),
 ``fetch`` (the two waves), ``assembly`` (runs to the result, no I/O), ``statistics``
-(per-position counts and totals), ``reader`` (the :class:`StoreReader` front), ``dask_array``
-(:func:`from_sporadik`) and ``window`` (selections of such a dask array as new reads).
+(per-position counts and totals), ``checked`` (a read returns the state opened), ``reader`` (the
+:class:`StoreReader` front), ``dask_array`` (:func:`from_sporadik`), ``window`` (selections of
+such a dask array as new reads) and ``reductions`` (its reductions as one pass over the store).
 """
 
 from __future__ import annotations

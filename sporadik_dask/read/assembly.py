@@ -4,7 +4,8 @@ The runs are read once for each sorted distinct position; the caller's order (un
 repeated) is produced here, by mapping each kept value's coordinate to its output slots, and then
 C order by counting sorts; a rank-2 read goes from the runs to the result in one kernel. Never by
 fancy-indexing a ``sparse.COO`` afterwards: sparse scans every coordinate once per requested
-position (measured, 3.6 M values: 1,000 unsorted genes 7.8 s, all 8,000 genes reversed 213 s).
+position, seconds for a list of genes and minutes for all of them reversed
+(docs/benchmarks.md, "Numbers behind the code's choices").
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def _assemble_rank2(
     kernel (:func:`~sporadik_dask.kernels.runs.rows_of_runs` along the runs,
     :func:`~sporadik_dask.kernels.runs.columns_of_runs` across them): each run taken in place,
     once per request, nothing gathered, stacked or sorted on the way, so the read holds the runs and
-    the result alone (every gene reversed, 17.9 M values: peak RSS 2.0 GiB before, 1.1 GiB).
+    the result alone, about half the peak of gathering them first
+    (docs/benchmarks.md, "Numbers behind the code's choices").
     None for what they do not take: a position of the other axis asked for twice, an order of it
     neither ascending nor descending along the runs, a run not ascending, a dtype numba lacks.
     """

@@ -1,4 +1,5 @@
-"""A window of a store, and the dask blocks read from a reader or a window.
+"""A window of a store, the dask blocks read from a reader or a window, and which of them a
+dask array reads (:func:`reader_of`).
 
 A window is positions along each axis of a store, read as one array: what a selection of a
 store's dask read becomes (:mod:`sporadik_dask.read.window`). Its blocks are read as dask's
@@ -24,6 +25,7 @@ __all__ = [
     "beneath",
     "layout_axes",
     "read_blocks",
+    "reader_of",
     "store_axes",
     "store_part",
 ]
@@ -207,3 +209,11 @@ def beneath(source: Any) -> tuple[Any, dict[int, int]]:
     if isinstance(source, StoreWindow):
         return source.reader, dict(source.dropped)
     return source, {}
+
+
+def reader_of(x: Any) -> Any:
+    """The reader (or window) a dask array reads, if it is that read and nothing more."""
+    from sporadik_dask.read.reader import StoreReader
+
+    held = dask_model.source_of(x)
+    return held if isinstance(held, (StoreReader, StoreWindow)) else None

@@ -127,9 +127,9 @@ def _take_runs(
     2. Otherwise the runs, in the order of their starts, in batches starting within one
        ``stretch`` of elements (:data:`~sporadik_dask.planning.budgets.BATCH_VALUES`): each
        batch's chunks fetched and joined, each run copied to its place in the result. Only a
-       batch's chunks are held beside the result, where every chunk touched was: 2,000
-       scattered genes of 20,000 touch every chunk, and held all 143 MB of a store's chunks
-       for 14 MB of runs.
+       batch's chunks are held beside the result, where every chunk touched was: scattered
+       positions touch every chunk of a store, many times the bytes of their runs
+       (docs/benchmarks.md, "Numbers behind the code's choices").
     """
     lo, hi = brackets
     counts = hi - lo

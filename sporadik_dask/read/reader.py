@@ -4,17 +4,15 @@ Each job lives in its own module: :mod:`~sporadik_dask.read.selection` resolves 
 :mod:`~sporadik_dask.read.routing` picks a layout, :mod:`~sporadik_dask.read.fetch` makes the two
 read waves, :mod:`~sporadik_dask.read.assembly` builds the result and
 :mod:`~sporadik_dask.read.statistics` answers per-position questions. The reader holds what they
-share (where the store is, its description, the arrays opened once) and pickles as a location.
+share (where the store is, its description, the arrays opened once) and pickles as a location;
+:mod:`~sporadik_dask.read.checked` makes each read return only the state it opened.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
 import warnings
-from collections.abc import Callable
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +23,7 @@ from sporadik_dask.format.errors import LayoutError, ScanWarning, SporadikError,
 from sporadik_dask.format.spec import MAXIMA, magnitudes
 from sporadik_dask.marks import mark_read
 from sporadik_dask.read.assembly import assemble, assemble_points
+from sporadik_dask.read.checked import as_opened, fetching
 from sporadik_dask.read.fetch import (
     fetch_brackets,
     fetch_runs,
@@ -52,48 +51,6 @@ from sporadik_dask.store.storage import StoreLike, location_of, run
 __all__ = ["StoreReader"]
 
 Format = Literal["coo", "gcxs"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-#: Whether the calling thread is inside a read checked by :func:`_as_opened` (``read``), so a
-#: read made of others (its waves) checks the store once, after its last wave; and whether that
-#: read fetched anything from the store (``fetched``: an empty selection needs no check).
-_inside = threading.local()
-
-
-def _as_opened(
-    method: Callable[Concatenate[StoreReader, P], R],
-) -> Callable[Concatenate[StoreReader, P], R]:
-    """``method``, a read, returning only what the store held when the reader opened it, else
-    raising :class:`~sporadik_dask.format.errors.StoreReplacedError`.
-
-    The store's root is read once after the read's last wave (:func:`check_as_opened_async`): a
-    writer takes the block off first and writes it back last, with its own token, so a root
-    unchanged after the waves means every chunk they fetched was of the state opened (a rewrite
-    would otherwise give its values at the old positions, or zeros where its chunks are
-    missing). A read failing a check is checked the same way, so a store replaced is not
-    called damaged.
-    """
-
-    @functools.wraps(method)
-    def checked(reader: StoreReader, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if getattr(_inside, "read", False):
-            return method(reader, *args, **kwargs)
-        _inside.read, _inside.fetched = True, False
-        try:
-            result = method(reader, *args, **kwargs)
-        except Exception as failed:  # a node gone, say, from a store replaced meanwhile
-            if _inside.fetched:
-                reader._check_as_opened(failed)
-            raise
-        finally:
-            _inside.read = False
-        if _inside.fetched:
-            reader._check_as_opened(None)
-        return result
-
-    return checked
 
 
 class StoreReader:
@@ -259,10 +216,11 @@ class StoreReader:
             if failed is None:
                 raise  # the root could not be read: what was read cannot be vouched for
 
-    @_as_opened
+    @as_opened
     def read(self, key: Any, *, axis: int | None = None) -> Any:
         """``key`` of the array as a ``sparse.COO``: two read waves whatever the selection, then
-        one request checking the store is still the one opened (:func:`_as_opened`).
+        one request checking the store is still the one opened
+        (:func:`~sporadik_dask.read.checked.as_opened`).
 
         ``key`` takes, per axis, an integer, a slice of any step, an integer array (unsorted,
         repeated, negative) or a boolean mask, as numpy's outer indexing does; ``axis`` forces a
@@ -288,7 +246,7 @@ class StoreReader:
             return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
         return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
 
-    @_as_opened
+    @as_opened
     def read_points(self, key: Any) -> Any:
         """Pointwise (vectorized) indexing: ``key`` holds one integer array per axis, broadcast
         together, and names the cells ``(key[0][i], key[1][i], ...)``, as numpy's
@@ -318,7 +276,7 @@ class StoreReader:
         """``reader.vindex[rows, cols]``: :meth:`read_points`, spelled as dask spells it."""
         return _Points(self)
 
-    @_as_opened
+    @as_opened
     def route(self, key: Any) -> Route:
         """The layout :meth:`read` would read ``key`` through, and what its runs cost.
 
@@ -359,7 +317,7 @@ class StoreReader:
                 stacklevel=5,
             )
 
-    @_as_opened
+    @as_opened
     def read_compressed(self, key: Any, *, axis: int) -> Any:
         """``key`` as a ``sparse.GCXS`` compressed along ``axis``.
 
@@ -410,10 +368,10 @@ class StoreReader:
     def _arrays(self, layout: LayoutDescription) -> dict[str, zarr.Array[Any]]:
         """The layout's arrays, opened once (metadata documents only) and kept until pickled;
         what every fetch from the store goes through."""
-        _inside.fetched = True
+        fetching()
         return self._opened_store().layout_arrays(layout)
 
-    @_as_opened
+    @as_opened
     def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
         """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
@@ -430,7 +388,7 @@ class StoreReader:
             next_arrays=[found[name] for found in arrays for name in ("data", "indices")],
         )
 
-    @_as_opened
+    @as_opened
     def runs(
         self, layout: LayoutDescription, lo: Positions, hi: Positions, *, as_stored: bool = False
     ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -454,7 +412,7 @@ class StoreReader:
         fetch = (arrays["indices"], arrays["data"])
         return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
 
-    @_as_opened
+    @as_opened
     def read_runs(
         self, positions: Positions, *, axis: int
     ) -> tuple[Positions, npt.NDArray[Any], npt.NDArray[Any]]:
@@ -487,7 +445,7 @@ class StoreReader:
         np.cumsum(hi - lo, out=indptr[1:])
         return indptr, indices, data
 
-    @_as_opened
+    @as_opened
     def run_values(self, layout: LayoutDescription, lo: Positions, hi: Positions) -> Any:
         """:meth:`runs` without the indices: the values alone, half the chunks."""
         return fetch_values(layout, self._arrays(layout)["data"], (lo, hi))
@@ -499,13 +457,13 @@ class StoreReader:
         ((lo, hi),) = self.brackets([(layout, np.arange(layout.positions))])
         return layout, (lo, hi)
 
-    @_as_opened
+    @as_opened
     def counts(self, axis: int) -> Positions:
         """Values per position along ``axis``: ``diff(indptr)``, no value read."""
         _, brackets = self._all_brackets(axis)
         return statistics.counts(brackets)
 
-    @_as_opened
+    @as_opened
     def totals(self, axis: int) -> npt.NDArray[Any]:
         """Sum of the values at each position along ``axis``, over every other axis.
 
@@ -516,7 +474,7 @@ class StoreReader:
         layout, brackets = self._all_brackets(axis)
         return statistics.totals(layout, brackets, self._arrays(layout)["data"])
 
-    @_as_opened
+    @as_opened
     def maxima(self, axis: int) -> npt.NDArray[Any]:
         """Largest absolute value per position along ``axis``, as stored at write time.
 

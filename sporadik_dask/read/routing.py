@@ -3,9 +3,9 @@
 A read costs requests far more than values: on an object store each zarr chunk is a round trip,
 and locally each is a file opened and decoded. So a layout is chosen by the zarr chunks of
 ``indices`` and ``data`` its runs would touch, which the brackets tell before any value is read;
-ties go to the layout holding fewer values, then to the lower axis. (Measured on 100,000 x 8,000,
-cells 10,000:12,000 x 100 genes: the gene layout holds fewer values but spans 124 chunks against
-the cell layout's 8, and read 7x slower locally.)
+ties go to the layout holding fewer values, then to the lower axis. A layout holding fewer values
+can still span many more chunks, and read slower (docs/benchmarks.md, "Numbers behind the code's
+choices").
 """
 
 from __future__ import annotations

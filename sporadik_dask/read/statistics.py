@@ -39,9 +39,9 @@ def totals(
 
     ``TOTALS_BATCH`` chunks of ``data`` at a time, so memory stays bounded whatever the store's
     size, each chunk added up by the thread that decoded it, while it is in that core's cache:
-    no chunk is joined to another or copied (decode, join, then add took 0.17 CPU-s for 19.2 M
-    float32 values, of which the add 0.05 s on one core; ``benchmarks/codecs.py``). Sums
-    accumulate in 64 bits (float64, int64 or uint64).
+    no chunk is joined to another or copied (what the add costs beside the decode and a join:
+    docs/benchmarks.md, "Numbers behind the code's choices"). Sums accumulate in 64 bits
+    (float64, int64 or uint64).
 
     1. Decode a batch of chunks, each on a thread of its own.
     2. In that thread, find the positions whose runs meet the chunk, values ``[start, stop)``,

@@ -16,7 +16,7 @@ here; the xarray backend routes its dask indexing adapter here
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import dask.array as da
 import numpy as np
@@ -28,60 +28,17 @@ from sporadik_dask.read.blocks import (
     beneath,
     layout_axes,
     read_blocks,
+    reader_of,
     store_axes,
 )
+from sporadik_dask.read.reductions import numpy_reduced, pushed_down
 from sporadik_dask.read.selection import Axis, pointwise, take
-
-if TYPE_CHECKING:
-    from sporadik_dask.reduce.fields import Op
 
 __all__ = [
     "SporadikArray",
-    "reader_of",
-    "reduced",
     "select",
     "select_points",
 ]
-
-
-def _pushed_down(op: Op) -> Any:
-    """dask's ``Array.<op>``, but :func:`reduced` when that computes it."""
-    import functools
-    import inspect
-
-    own = getattr(da.Array, op)
-    signature = inspect.signature(own)
-
-    @functools.wraps(own)
-    def method(self: da.Array, *args: Any, **kwargs: Any) -> Any:
-        given = signature.bind(self, *args, **kwargs).arguments
-        options = {k: given[k] for k in ("dtype", "keepdims", "out", "ddof") if k in given}
-        pushed = reduced(self, op, given.get("axis"), **options)
-        return own(self, *args, **kwargs) if pushed is None else pushed
-
-    return method
-
-
-#: numpy's reductions a read of a store answers itself (through ``__array_function__``): the
-#: reduction, and whether NaNs are skipped. dask's ``nanmean``, ``nanvar`` and ``nanstd`` of
-#: ``sparse`` blocks raise (fill values differ between the blocks' parts), and its ``var`` of
-#: boolean or ``GCXS`` blocks too.
-_NUMPY_REDUCTIONS: dict[Any, tuple[Op, bool]] = {
-    np.sum: ("sum", False),
-    np.mean: ("mean", False),
-    np.max: ("max", False),
-    np.amax: ("max", False),
-    np.min: ("min", False),
-    np.amin: ("min", False),
-    np.var: ("var", False),
-    np.std: ("std", False),
-    np.nansum: ("sum", True),
-    np.nanmean: ("mean", True),
-    np.nanmax: ("max", True),
-    np.nanmin: ("min", True),
-    np.nanvar: ("var", True),
-    np.nanstd: ("std", True),
-}
 
 
 class SporadikArray(da.Array):
@@ -111,30 +68,20 @@ class SporadikArray(da.Array):
         return selected.transpose([routed.front, *axes[: routed.front], *axes[routed.front + 1 :]])
 
     # dask's own, but along some axes of a plain read: one pass over a layout's runs
-    sum = _pushed_down("sum")
-    mean = _pushed_down("mean")
-    max = _pushed_down("max")
-    min = _pushed_down("min")
-    var = _pushed_down("var")
-    std = _pushed_down("std")
+    sum = pushed_down("sum")
+    mean = pushed_down("mean")
+    max = pushed_down("max")
+    min = pushed_down("min")
+    var = pushed_down("var")
+    std = pushed_down("std")
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        """numpy's reductions of this read, with and without NaNs, as :func:`reduced` computes
-        them; every other function is dask's."""
-        if func in _NUMPY_REDUCTIONS and args and args[0] is self:
-            import inspect
-
-            op, skipna = _NUMPY_REDUCTIONS[func]
-            try:
-                given = inspect.signature(func).bind(*args, **kwargs).arguments
-            except TypeError:
-                given = None
-            known = {"a", "axis", "dtype", "keepdims", "out", "ddof"}
-            if given is not None and set(given) <= known:
-                options = {k: given[k] for k in known - {"a", "axis"} if k in given}
-                pushed = reduced(self, op, given.get("axis"), skipna=skipna, **options)
-                if pushed is not None:
-                    return pushed
+        """numpy's reductions of this read, with and without NaNs, as
+        :func:`~sporadik_dask.read.reductions.reduced` computes them; every other function is
+        dask's."""
+        pushed = numpy_reduced(self, func, args, kwargs)
+        if pushed is not None:
+            return pushed
         return super().__array_function__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
 
     @property
@@ -239,14 +186,6 @@ def _integer(part: Any) -> bool:
     return isinstance(part, (int, np.integer)) and not isinstance(part, bool)
 
 
-def reader_of(x: Any) -> Any:
-    """The reader (or window) a dask array reads, if it is that read and nothing more."""
-    from sporadik_dask.read.reader import StoreReader
-
-    held = dask_model.source_of(x)
-    return held if isinstance(held, (StoreReader, StoreWindow)) else None
-
-
 def select(x: Any, key: tuple[Any, ...]) -> Any:
     """``x[key]`` (outer) as a new read of the selected positions, or None to leave it to dask.
 
@@ -308,62 +247,6 @@ def select(x: Any, key: tuple[Any, ...]) -> Any:
     meta = sparse.COO.from_numpy(np.zeros((0,) * window.ndim, dtype=x.dtype))
     name = f"{READ_PREFIX}{tokenize(window, chunks)}"
     return as_sporadik_array(read_blocks(window, tuple(chunks), meta, name=name))
-
-
-def reduced(
-    x: Any,
-    op: Op,
-    axis: Any,
-    *,
-    skipna: bool = False,
-    ddof: Any = 0,
-    dtype: Any = None,
-    keepdims: Any = False,
-    out: Any = None,
-) -> Any:
-    """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
-    (:func:`~sporadik_dask.reduce.spans.reduce_store_dask`), a dask array of ``sparse.COO`` as
-    dask's own; or None to leave it to dask.
-
-    ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every
-    block: 5.0 s for a sum per gene of 20.6 M values, where one pass takes 0.4 s. Taken for
-    ``sum``, ``mean``, ``max``, ``min``, ``var`` and ``std`` (with ``ddof``), skipping NaNs or
-    not, with numpy's dtypes and NaNs, and no ``dtype``, ``keepdims`` or ``out``; over all axes
-    too, a 0-d dask array of numpy's scalar: ``sparse``'s sum of a uint64 value near 2**64 is 0,
-    and dask's ``nanvar`` of ``sparse`` blocks raises. Any of an array of no cell is numpy's on
-    it (dask's of ``sparse`` blocks of no value raise).
-    """
-    import sparse
-
-    from sporadik_dask.read.reader import StoreReader
-    from sporadik_dask.reduce.fields import reduced_axes, refuse_empty, supported
-    from sporadik_dask.reduce.results import dense_result
-    from sporadik_dask.reduce.spans import reduce_store_dask
-    from sporadik_dask.reduce.target import Target
-
-    source = reader_of(x)
-    if not isinstance(source, StoreReader) or dtype is not None or keepdims or out is not None:
-        return None
-    if x.size == 0:
-        return _of_no_cell(x, op, axis, skipna=skipna, ddof=ddof)
-    if not supported(op, np.dtype(x.dtype)) or not isinstance(ddof, int):
-        return None
-    axes = reduced_axes(tuple(range(x.ndim)) if axis is None else axis, x.ndim)
-    whole = len(axes) == x.ndim
-    if not axes:
-        return None
-    refuse_empty(op, x.shape, axes)
-    target = Target(tuple(x.shape), axes)
-    dense = dense_result(target, op)
-    if dense is None:
-        return None
-    result = reduce_store_dask(
-        source, op, target, math.prod(x.numblocks), skipna=skipna, ddof=ddof, dense=dense
-    )
-    if not dense or whole:
-        return result
-    meta = sparse.COO.from_numpy(np.zeros((0,) * result.ndim, dtype=result.dtype))
-    return result.map_blocks(sparse.COO.from_numpy, dtype=result.dtype, meta=meta)
 
 
 def select_points(x: Any, key: tuple[Any, ...]) -> Any:
@@ -451,20 +334,3 @@ def _cut(length: int, block: int) -> tuple[int, ...]:
     count = math.ceil(length / max(block, 1))
     base, extra = divmod(length, count)
     return tuple(base + (1 if i < extra else 0) for i in range(count))
-
-
-def _of_no_cell(x: Any, op: Op, axis: Any, *, skipna: bool, ddof: Any) -> Any:
-    """numpy's ``op`` of an array of no cell (a result, or numpy's error), as a dask array of
-    ``sparse.COO``: nothing to read."""
-    import warnings
-
-    import sparse
-
-    name = ("nan" if skipna else "") + op
-    options = {"ddof": ddof} if op in ("var", "std") else {}
-    with warnings.catch_warnings():  # numpy's 'Mean of empty slice': NaN is the answer
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = getattr(np, name)(np.zeros(x.shape, dtype=x.dtype), axis=axis, **options)
-    if np.ndim(result) == 0:
-        return da.from_array(np.asarray(result))
-    return da.from_array(sparse.COO.from_numpy(result), asarray=False)

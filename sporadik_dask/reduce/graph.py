@@ -158,9 +158,9 @@ class FreshResult(da.Array):
     it is.
 
     dask copies a single block on the way out, in case it is a buffer held in the graph or by a
-    worker: a deep copy for ``sparse.COO``, 0.6 s of a 3.3 s grouped sum of 68 M cells. A block
-    a reduction's last task made holds nothing anyone else has. A persisted one is a plain dask
-    array again, copied as dask copies.
+    worker: a deep copy for ``sparse.COO``, a good part of a grouped sum (docs/benchmarks.md,
+    "Numbers behind the code's choices"). A block a reduction's last task made holds nothing anyone
+    else has. A persisted one is a plain dask array again, copied as dask copies.
     """
 
     __slots__ = ()
@@ -200,15 +200,16 @@ def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
     return dask_model.rewrap(FreshResult, dask_model.from_delayed(result, shape, meta, name=name))
 
 
-def as_fresh(x: Any) -> Any:
+def as_fresh(x: Any, *, read: bool = False) -> Any:
     """``x`` as a :class:`FreshResult` when it is a plain dask array of a block made afresh
     (xarray holds plain dask arrays only), else ``x``: a persisted one holds its block, which
-    dask then copies as it should."""
+    dask then copies as it should. A reduction of ours is made afresh, and so is a ``read`` of a
+    store (its task reads the block anew at every compute)."""
     from dask.core import istask
 
     if (
         type(x) is not da.Array
-        or not str(x.name).startswith(FRESH_PREFIX)
+        or not (read or str(x.name).startswith(FRESH_PREFIX))
         or x.numblocks != (1,) * x.ndim
     ):
         return x

@@ -126,7 +126,7 @@ def reduce_selection_dask(
 ) -> Any:
     """:func:`reduce_selection` as a one-block dask array, for a chunked selection: its pass
     holds what the lazy one does, where a reduction of its blocks holds the blocks in flight
-    (a mask of 84 % of cells and 5,000 genes: 131 MB traced against 36 MB). None when
+    (docs/benchmarks.md, "Numbers behind the code's choices"). None when
     :func:`reduce_selection` would be."""
     import dask
     from dask.base import tokenize

@@ -4,8 +4,8 @@ Writes encode whole chunks with the array's own codecs (:mod:`~sporadik_dask.sto
 store them in one batch (:mod:`~sporadik_dask.store.objects`), a shard a whole object
 (:mod:`~sporadik_dask.store.shards`). Reads go the same way: only the fetches run on zarr's I/O
 loop, all of them in one batch; decoding happens in the calling thread, so dask's threads decode
-in parallel rather than queueing behind one event loop (zarr decodes a chunk per executor hop,
-~1 ms each, measured on 18 M values). Inner chunks of a sharded array are read by byte range
+in parallel rather than queueing behind one event loop (zarr decodes a chunk per executor hop).
+Inner chunks of a sharded array are read by byte range
 (:mod:`~sporadik_dask.store.ranges`).
 """
 
@@ -148,8 +148,8 @@ def read_joined(
     asked at elements ``[k * chunk, (k + 1) * chunk)`` (past the array's end, unspecified).
 
     Each chunk is decoded by its thread straight into its place, so no list of decoded chunks is
-    held beside the join, nor copied into it afterwards (every gene of 89.6 M values: the fetch
-    raised peak RSS by 1.36 GiB as chunks and their join, by 0.69 GiB so).
+    held beside the join, nor copied into it afterwards, which halves what a fetch adds to the
+    peak (docs/benchmarks.md, "Numbers behind the code's choices").
     """
     joined: list[npt.NDArray[Any]] = _read(requests, next_arrays, _joined)
     return joined

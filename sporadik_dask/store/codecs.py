@@ -1,8 +1,8 @@
 """The codec chains this package encodes and decodes itself, outside zarr.
 
-zarr's own ``array[a:b] = values`` spends about 1 ms of Python per chunk holding the GIL, so two
-threads write no faster than one (measured: 18 M int32 in 32,768-element chunks, 0.55 s alone and
-no gain from a second thread), while encoding the same chunks with the same codec takes 0.02 s.
+zarr's own ``array[a:b] = values`` spends Python per chunk holding the GIL, so two threads write
+no faster than one, and far slower than encoding the same chunks with the same codec
+(docs/benchmarks.md, "Numbers behind the code's choices").
 The arrays here carry only the codecs this package chose (``bytes``, then ``zstd`` or ``blosc``, or
 nothing), so their chunks are encoded with those codecs' own numcodecs implementation; any other
 codec chain falls back to zarr. Tests compare the objects byte for byte with zarr's.

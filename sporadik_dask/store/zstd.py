@@ -4,8 +4,8 @@ numcodecs' own library.
 numcodecs' ``Zstd.encode`` makes a compression context (about 1 MiB of match tables) for every
 chunk and frees it after. Where glibc's mmap threshold is fixed at 128 KiB, as it is in every
 worker a distributed nanny starts (its ``MALLOC_TRIM_THRESHOLD_=65536`` turns the dynamic
-threshold off), each context is a fresh mapping whose pages fault in as the tables are touched:
-measured, 150 minor faults per 128 KiB chunk, and encoding took about twice as long. The same
+threshold off), each context is a fresh mapping whose pages fault in as the tables are touched,
+which slows encoding down (docs/benchmarks.md, "Numbers behind the code's choices"). The same
 functions of the same library, called on a context kept per thread, write the same bytes and fault
 nothing. Where the library's functions cannot be found, or a sample does not come out byte for
 byte as numcodecs writes it, chunks are encoded by numcodecs as before.

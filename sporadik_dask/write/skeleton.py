@@ -8,7 +8,8 @@ into a ``MemoryStore``, takes each array's ``zarr.json`` from there for the writ
 check, and the write's first task (:func:`write_skeleton`) puts those documents in place, on
 whichever process runs it, before any chunk is written. A layout added to a finished store is
 planned the same way (:func:`layout_skeleton_of`, :func:`write_layout_skeleton`): nothing in the
-store changes until the write runs.
+store changes until the write runs. Each layout's group and empty arrays are made by
+:func:`create_layout`, chunked and encoded as readers expect.
 
 The documents name their write: the root's attribute ``WRITING_KEY`` holds the write's token
 until :func:`commit_block` replaces it with the block, in one document write. A retried
@@ -24,23 +25,31 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import zarr
 from dask.base import tokenize
 from zarr.storage import MemoryStore, StorePath
 
 from sporadik_dask.format.errors import SporadikError
-from sporadik_dask.format.spec import BLOCK_KEY, Block
+from sporadik_dask.format.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
+from sporadik_dask.planning.plan import LayoutPlan
+from sporadik_dask.store.codecs import Codecs, compressors_for
 from sporadik_dask.store.describe import WRITTEN_KEY
-from sporadik_dask.store.storage import open_group, run
+from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
+from sporadik_dask.store.storage import StoreLike, location_of, open_group, run
 from sporadik_dask.store.zarr_adapter import buffer_prototype, make_writable_store_path
+from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.targets import WRITING_KEY, check_target
 
 __all__ = [
     "LayoutSkeleton",
     "Skeleton",
     "commit_block",
+    "create_layout",
     "discard",
+    "joined",
     "layout_skeleton_of",
+    "skeleton_and_arrays",
     "skeleton_of",
     "write_layout_skeleton",
     "write_skeleton",
@@ -294,3 +303,82 @@ def discard(store: Any, token: str) -> bool:
     writable.attrs.put(attributes)
     run(_delete(StorePath(root.store.with_read_only(False), "")))
     return True
+
+
+def skeleton_and_arrays(
+    store: StoreLike,
+    storage_options: dict[str, Any] | None,
+    overwrite: bool,
+    labels: Labels | None,
+    plans: dict[int, LayoutPlan],
+    byte_addressable: bool,
+    codecs: Codecs,
+    identity: Any,
+) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
+    """The new store's documents (:func:`skeleton_of`) for the write of the input ``identity``
+    names, and a reference to each array they create, at ``store``, where :func:`write_skeleton`
+    puts them."""
+    made: dict[int, dict[str, zarr.Array[Any]]] = {}
+
+    def build(root: zarr.Group) -> None:
+        write_coords(root, labels)
+        layouts = root.create_group(LAYOUTS_GROUP)
+        for axis, plan in plans.items():
+            made[axis] = create_layout(layouts, plan, byte_addressable, codecs)
+
+    skeleton = skeleton_of(
+        store,
+        storage_options,
+        location_of(store),
+        overwrite,
+        labels_attributes(labels),
+        build,
+        identity,
+    )
+    where = skeleton.where
+    arrays = {
+        axis: {
+            name: ArrayRef.at(
+                where.store,
+                joined(where.path, array.path),
+                array,
+                (where.path, {WRITING_KEY: skeleton.token}),
+            )
+            for name, array in found.items()
+        }
+        for axis, found in made.items()
+    }
+    return skeleton, arrays
+
+
+def joined(prefix: str, path: str) -> str:
+    return f"{prefix}/{path}" if prefix else path
+
+
+def create_layout(
+    layouts: zarr.Group, plan: LayoutPlan, byte_addressable: bool, codecs: Codecs
+) -> dict[str, zarr.Array[Any]]:
+    """The child group of one layout and its empty arrays, chunked and encoded as readers expect."""
+    child = layouts.create_group(
+        f"axis{plan.indexed_axis}",
+        attributes={
+            "encoding-type": plan.encoding,
+            "encoding-version": ENCODING_VERSION,
+            "shape": list(plan.declared_shape),
+        },
+    )
+    lengths, dtypes = plan.lengths(), plan.dtypes()
+    return {
+        name: child.create_array(
+            name,
+            shape=(lengths[name],),
+            dtype=dtypes[name],
+            chunks=(plan.chunks[name],),
+            shards=(plan.shards[name],) if plan.shards and name in plan.shards else None,
+            compressors=None
+            if byte_addressable
+            else compressors_for(codecs, name, np.dtype(dtypes[name])),
+            fill_value=0,
+        )
+        for name in ("data", "indices", "indptr", MAXIMA)
+    }

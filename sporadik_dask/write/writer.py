@@ -9,42 +9,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, overload
 
-import numpy as np
 import numpy.typing as npt
 import zarr
 from zarr.storage import StorePath
 
 from sporadik_dask.format.errors import LayoutError
-from sporadik_dask.format.spec import BLOCK_KEY, ENCODING_VERSION, LAYOUTS_GROUP, MAXIMA, Block
-from sporadik_dask.planning.budgets import held_pieces, partition_values
-from sporadik_dask.planning.dtypes import check_dtype_option, stored_dtype
-from sporadik_dask.planning.plan import LayoutPlan, plan_layout
-from sporadik_dask.store.codecs import Codecs, check_codecs, compressors_for
+from sporadik_dask.format.spec import BLOCK_KEY, LAYOUTS_GROUP, Block
+from sporadik_dask.planning.budgets import held_pieces
+from sporadik_dask.planning.dtypes import check_dtype_option
+from sporadik_dask.planning.plan import LayoutPlan
+from sporadik_dask.store.codecs import Codecs, check_codecs
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
-from sporadik_dask.store.labels import Labels, labels_attributes, write_coords
-from sporadik_dask.store.storage import StoreLike, location_of, open_group
+from sporadik_dask.store.storage import StoreLike, open_group
 from sporadik_dask.write.array_refs import ArrayRef
-from sporadik_dask.write.graph import count_graph, write_graph
+from sporadik_dask.write.graph import write_graph
+from sporadik_dask.write.plans import Duplicates, plan_source
 from sporadik_dask.write.skeleton import (
     LayoutSkeleton,
     Skeleton,
+    create_layout,
+    joined,
     layout_skeleton_of,
-    skeleton_of,
+    skeleton_and_arrays,
     write_layout_skeleton,
     write_skeleton,
 )
 from sporadik_dask.write.sources import Source, source_of, source_of_layout
 from sporadik_dask.write.store_write import LAY_OUT, StoreWrite
-from sporadik_dask.write.targets import WRITING_KEY, check_target
+from sporadik_dask.write.targets import check_target
 
-__all__ = [
-    "add_axis",
-    "create_layout",
-    "plan_source",
-    "to_sporadik",
-]
-
-Duplicates = Literal["sum", "refuse"]
+__all__ = ["add_axis", "to_sporadik"]
 
 
 def _check_codecs(codecs: Codecs, byte_addressable: bool) -> None:
@@ -69,56 +63,6 @@ def _axes(axes: Sequence[int] | None, rank: int) -> tuple[int, ...]:
     return tuple(sorted(chosen))
 
 
-def plan_source(
-    source: Source,
-    axes: Sequence[int],
-    *,
-    duplicates: Duplicates,
-    chunk: int | None,
-    byte_addressable: bool,
-    partition_bytes: int | None,
-    shard: int | None = None,
-    dtype: npt.DTypeLike | None = None,
-) -> dict[int, LayoutPlan]:
-    """Count the source's values per position along each axis (one pass), and plan each layout,
-    its values stored in the dtype ``dtype`` asks for (:mod:`~sporadik_dask.planning.dtypes`),
-    found from the range of values the same pass finds."""
-    if duplicates not in ("sum", "refuse"):
-        raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
-    if shard is not None and byte_addressable:
-        raise LayoutError(
-            "shard= and byte_addressable=True contradict each other: a byte-addressable array "
-            "is one uncompressed chunk, and a shard holds many. Choose one."
-        )
-    ranged = check_dtype_option(dtype) is not None
-    counts, repeats, spans, found = count_graph(
-        source.pieces, source.shape, axes, ranged=ranged
-    ).compute()
-    if repeats and duplicates == "refuse":
-        raise LayoutError(
-            f"{repeats} values name a cell another value already names. With duplicates='refuse' "
-            "nothing was written; pass duplicates='sum' to add them together, as scipy does."
-        )
-    stored = stored_dtype(dtype, source.dtype, found)
-    target = partition_values(source.dtype, partition_bytes)
-    rank = len(source.shape)
-    return {
-        axis: plan_layout(
-            source.shape,
-            axis,
-            tuple(a for a in range(rank) if a != axis),
-            column,
-            stored,
-            partition_values=target,
-            chunk=chunk,
-            byte_addressable=byte_addressable,
-            shard=shard,
-            spans=spans[:, k],
-        )
-        for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
-    }
-
-
 def _read_from(x: Any) -> list[str]:
     """Locations of the sporadik stores ``x`` reads lazily: a target there must be refused.
 
@@ -132,85 +76,6 @@ def _read_from(x: Any) -> list[str]:
         graph: Any = getattr(collection, "__dask_graph__", lambda: None)()
         found.extend(dict(graph or {}).values())
     return [value.location for value in found if isinstance(value, StoreReader)]
-
-
-def _skeleton(
-    store: StoreLike,
-    storage_options: dict[str, Any] | None,
-    overwrite: bool,
-    labels: Labels | None,
-    plans: dict[int, LayoutPlan],
-    byte_addressable: bool,
-    codecs: Codecs,
-    identity: Any,
-) -> tuple[Skeleton, dict[int, dict[str, ArrayRef]]]:
-    """The new store's documents (:mod:`~sporadik_dask.write.skeleton`) for the write of the input
-    ``identity`` names, and a reference to each array they create, at ``store``, where
-    :func:`~sporadik_dask.write.skeleton.write_skeleton` puts them."""
-    made: dict[int, dict[str, zarr.Array[Any]]] = {}
-
-    def build(root: zarr.Group) -> None:
-        write_coords(root, labels)
-        layouts = root.create_group(LAYOUTS_GROUP)
-        for axis, plan in plans.items():
-            made[axis] = create_layout(layouts, plan, byte_addressable, codecs)
-
-    skeleton = skeleton_of(
-        store,
-        storage_options,
-        location_of(store),
-        overwrite,
-        labels_attributes(labels),
-        build,
-        identity,
-    )
-    where = skeleton.where
-    arrays = {
-        axis: {
-            name: ArrayRef.at(
-                where.store,
-                _joined(where.path, array.path),
-                array,
-                (where.path, {WRITING_KEY: skeleton.token}),
-            )
-            for name, array in found.items()
-        }
-        for axis, found in made.items()
-    }
-    return skeleton, arrays
-
-
-def _joined(prefix: str, path: str) -> str:
-    return f"{prefix}/{path}" if prefix else path
-
-
-def create_layout(
-    layouts: zarr.Group, plan: LayoutPlan, byte_addressable: bool, codecs: Codecs
-) -> dict[str, zarr.Array[Any]]:
-    """The child group of one layout and its empty arrays, chunked and encoded as readers expect."""
-    child = layouts.create_group(
-        f"axis{plan.indexed_axis}",
-        attributes={
-            "encoding-type": plan.encoding,
-            "encoding-version": ENCODING_VERSION,
-            "shape": list(plan.declared_shape),
-        },
-    )
-    lengths, dtypes = plan.lengths(), plan.dtypes()
-    return {
-        name: child.create_array(
-            name,
-            shape=(lengths[name],),
-            dtype=dtypes[name],
-            chunks=(plan.chunks[name],),
-            shards=(plan.shards[name],) if plan.shards and name in plan.shards else None,
-            compressors=None
-            if byte_addressable
-            else compressors_for(codecs, name, np.dtype(dtypes[name])),
-            fill_value=0,
-        )
-        for name in ("data", "indices", "indptr", MAXIMA)
-    }
 
 
 @overload
@@ -351,7 +216,7 @@ def to_sporadik(
         shard=shard,
         dtype=dtype,
     )
-    skeleton, arrays = _skeleton(
+    skeleton, arrays = skeleton_and_arrays(
         store,
         storage_options,
         overwrite,
@@ -484,7 +349,7 @@ def add_axis(
     owner = (where.path, extended)
     arrays = {
         axis: {
-            name: ArrayRef.at(where.store, _joined(where.path, array.path), array, owner)
+            name: ArrayRef.at(where.store, joined(where.path, array.path), array, owner)
             for name, array in made.items()
         }
     }

@@ -78,7 +78,7 @@ def test_the_mean_and_variance_per_gene_are_one_pass_over_the_store(
     import math
 
     from sporadik_dask.analysis.source import recorded_read, vector_arrays
-    from sporadik_dask.read.window import reader_of
+    from sporadik_dask.read.blocks import reader_of
     from sporadik_dask.reduce.elementwise import Transformed
     from sporadik_dask.reduce.spans import moments_store_dask
     from sporadik_dask.reduce.target import Target

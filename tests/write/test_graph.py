@@ -21,7 +21,7 @@ import sporadik_dask as sd
 from sporadik_dask.planning.plan import plan_layout
 from sporadik_dask.synthetic import counts_matrix
 from sporadik_dask.write import array_refs, counting, graph, piece_graphs, shuffle, tasks
-from sporadik_dask.write.writer import create_layout
+from sporadik_dask.write.skeleton import create_layout
 from tests.helpers import random_dense
 
 

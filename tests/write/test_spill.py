@@ -22,8 +22,8 @@ import sporadik_dask as sd
 from sporadik_dask.planning.budgets import held_pieces
 from sporadik_dask.synthetic import counts_matrix
 from sporadik_dask.write import spill, tasks
+from sporadik_dask.write.plans import plan_source
 from sporadik_dask.write.sources import source_of
-from sporadik_dask.write.writer import plan_source
 from tests.helpers import RecordingStore, layout_files, random_dense
 
 
