@@ -420,7 +420,18 @@ def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: P
         "name": "counts",
         "dims": ["cell", "gene"],
         "attrs": {"units": "reads"},
-        "coords": ["cell", "gene"],
+        "coords": ["gene"],
+        "ranges": {  # the cells' labels, an arange, as their formula
+            "cell": {
+                "dims": ["cell"],
+                "start": 10,
+                "step": 1,
+                "size": 6,
+                "dtype": "<i8",
+                "index": "pandas",
+                "attrs": {},
+            }
+        },
     }
     assert list(stored(root, "coords/gene")) == ["a", "b", "c", "d"]
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
