@@ -54,6 +54,18 @@ def _watch(stop: threading.Event, peaks: dict[str, int], tree: bool) -> None:
         time.sleep(0.05)
 
 
+def _cpu_seconds(tree: bool) -> float:
+    """CPU seconds (user and system) this process, and with ``tree`` its children (the
+    workers), have spent so far: less sensitive than wall time to other work on the machine."""
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *(me.children(recursive=True) if tree else [])]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
 def run(
     factor: int,
     workers: int,
@@ -131,6 +143,7 @@ def run(
         generating = time.perf_counter() - generating
         watcher = threading.Thread(target=_watch, args=(stop, peaks, bool(workers)), daemon=True)
         watcher.start()
+        cpu = _cpu_seconds(bool(workers))
         started = time.perf_counter()
         pending = sd.to_sporadik(x, out, compute=False)  # the count pass runs here
         measuring = time.perf_counter()
@@ -138,6 +151,7 @@ def run(
         measured = time.perf_counter() - measuring  # not part of the write
         description = pending.compute()
         seconds = time.perf_counter() - started - measured
+        cpu = _cpu_seconds(bool(workers)) - cpu
         stop.set()
         watcher.join()
         if workers:
@@ -148,6 +162,7 @@ def run(
         "workers": workers,
         "nnz": description.nnz,
         "seconds": seconds,
+        "cpu": cpu,
         "planning": sum(planning),
         "generating": generating,
         "worker_gib": peaks["worker"] / 2**30,

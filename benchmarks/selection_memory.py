@@ -56,9 +56,8 @@ def _call(case: str, store: str, chunks: Any, meta: dict[str, Any]) -> Any:
     cells = rng.choice(meta["cells"], 50_000, replace=False)
     some = rng.choice(meta["genes"], 2_000, replace=False)
 
-    def done(x: Any) -> Any:
-        data = x.data
-        return data.compute() if hasattr(data, "compute") else data
+    def done(x: Any) -> Any:  # xarray's compute, as a notebook calls it
+        return x.compute().data
 
     return {
         "sum-cell": lambda: done(counts.sum("cell")),
@@ -157,7 +156,8 @@ def main() -> None:
         "already there). *x* is that peak over the result's bytes (a `sparse.COO`'s coordinates "
         "and values), or for a reduction over the unfiltered reduction's traced peak by the same "
         "route. `lazy` is `xr.open_dataset(store, engine='sporadik')`, `chunks={}` the same "
-        "with `chunks={}`, then `.compute()`.",
+        "with `chunks={}`; each result is the DataArray's `.compute()`, as a notebook calls it "
+        "(a dask array's own `.compute()` deep-copies a one-block result).",
         "",
         "| case | route | s | traced peak MB | result MB | x |",
         "|---|---|---|---|---|---|",

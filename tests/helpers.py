@@ -375,3 +375,50 @@ def unmount(directory: Path) -> None:
             return
         time.sleep(0.1)
     subprocess.run(["umount", "--lazy", str(directory)], check=True)
+
+
+#: Shape of each block of :func:`logged_input`.
+LOGGED_BLOCK = (30, 40)
+
+
+def logged_input(log: Path, blocks: int) -> Any:
+    """A dask array of ``blocks`` sparse.COO row blocks, each made by a task that appends its
+    number to the file ``log`` when it runs: how often a write read each block of its input."""
+    import dask
+    import dask.array as da
+    import sparse
+
+    meta = sparse.COO.from_numpy(np.zeros((0, 0)))
+    return da.concatenate(
+        [
+            da.from_delayed(
+                dask.delayed(_logged_block, pure=True)(str(log), b),
+                LOGGED_BLOCK,
+                dtype=np.float64,
+                meta=meta,
+            )
+            for b in range(blocks)
+        ]
+    )
+
+
+def logged_dense(blocks: int) -> npt.NDArray[Any]:
+    """The values :func:`logged_input` holds."""
+    return np.concatenate([_logged_values(b) for b in range(blocks)])
+
+
+def _logged_values(b: int) -> npt.NDArray[Any]:
+    return random_dense(np.random.default_rng(b), LOGGED_BLOCK, 0.2)
+
+
+def _logged_block(log: str, b: int) -> Any:
+    import sparse
+
+    with open(log, "a") as file:
+        file.write(f"{b}\n")
+    return sparse.COO.from_numpy(_logged_values(b))
+
+
+def reads_logged(log: Path) -> list[int]:
+    """Each block's number, as often as :func:`logged_input` made it, sorted."""
+    return sorted(int(line) for line in log.read_text().split()) if log.exists() else []

@@ -52,6 +52,7 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     assert defaults["dense-partials-bytes"] == budgets.DENSE_PARTIALS_BYTES
     assert defaults["selection-read-values"] == budgets.SELECTION_READ_VALUES
     assert all(defaults[k] is True for k in ("patches", "pushdown", "join-in-order"))
+    assert defaults["decode-threads"] is None  # the cores
 
 
 def test_importing_the_package_registers_every_default_with_dask() -> None:

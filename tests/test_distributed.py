@@ -15,7 +15,7 @@ import sporadik
 from distributed import Client, get_task_stream
 
 import sporadik_dask as sd
-from tests.helpers import S3Bucket, random_dense
+from tests.helpers import S3Bucket, logged_dense, logged_input, random_dense, reads_logged
 
 #: A cluster of worker processes in every test: slow.
 pytestmark = pytest.mark.slow
@@ -80,11 +80,13 @@ def test_a_cluster_spills_shuffle_parts_inside_the_store_every_worker_writes(
             write.wait(client, futures)
     sorts = {task["worker"] for task in stream.data if "-sort-" in str(task["key"])}
     assert len(sorts) == 2
-    assert list(scratch.iterdir()) == []  # no worker used its own temporary directory
+    # no worker used its own temporary directory (where the count pass kept the pieces)
+    assert list(scratch.glob("*/*.parts")) == []
     parts = list((tmp_path / "s.zarr" / "layouts").glob(".sporadik-parts-*/*.parts"))
     assert len(parts) == 2 * 12  # every piece of both layouts, each in one file
     write.commit()
     assert list((tmp_path / "s.zarr").rglob(".sporadik-parts-*")) == []
+    assert list(scratch.iterdir()) == []
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), dense)
 
@@ -240,7 +242,8 @@ def test_a_failed_cluster_write_leaves_no_task_of_its_own_running(
     x = da.from_array(dense, chunks=(10, 40)).map_blocks(
         _slow_unless_last, str(flag), dtype=dense.dtype
     )
-    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, axes=(0,))
+    with dask.config.set({"sporadik.spill-bytes": -1}):  # nothing kept: the write reads x
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, axes=(0,))
     assert isinstance(write, sd.StoreWrite)
     flag.write_text("")
     with pytest.raises(RuntimeError, match="the input failed"):
@@ -293,3 +296,11 @@ def test_a_cluster_writes_a_dataframe_of_many_names_by_graphs_that_hold_none_of_
     np.testing.assert_array_equal(array.gene.values, expected_genes)
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), expected)
+
+
+def test_a_cluster_write_reads_each_block_of_its_input_once(tmp_path: Path, client: Client) -> None:
+    log = tmp_path / "reads"
+    sd.to_sporadik(logged_input(log, 4), tmp_path / "s.zarr", partition_bytes=4000)
+    assert reads_logged(log) == [0, 1, 2, 3]
+    with sporadik.open_array(tmp_path / "s.zarr") as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), logged_dense(4))

@@ -48,7 +48,7 @@ class SporadikChunkManager(DaskManager):
 
 
 def computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
-    """``DaskManager.compute``, each block a reduction of ours made afresh handed back
+    """``DaskManager.compute``, each one-block reduction or read of ours made afresh handed back
     uncopied (:class:`~sporadik_dask.reduce.graph.FreshResult`): a variable holds it as a plain dask
     array (:func:`plain_dask_array`), whose one block dask would deep-copy on the way out. A
     read computed whole is marked as read (:func:`~sporadik_dask.backend.ours.mark_read`)."""
@@ -57,7 +57,8 @@ def computing_fresh(compute: Callable[..., Any]) -> Callable[..., Any]:
     def compute_fresh(self: Any, *data: Any, **kwargs: Any) -> Any:
         from sporadik_dask.reduce.graph import as_fresh
 
-        ours = [as_fresh(x) for x in data]  # anyone else's array is handed over as it came
+        # anyone else's array is handed over as it came
+        ours = [as_fresh(x, read=is_read_dask(x)) for x in data]
         computed = compute(self, *ours, **kwargs)
         # a read computed whole is a read still: its selections and products stay ours
         return tuple(

@@ -4,8 +4,9 @@ numba's ``cache=True`` writes beside a function's source file when that ``__pyca
 writable, so a shared or read-only install either collects every user's object files or caches
 nothing. Registering one more cache locator, ahead of numba's in-tree one, puts the kernels of
 this package (and of ``sparse``, below) under ``$SPORADIK_DASK_CACHE_DIR``, or the platform's user
-cache directory (``~/.cache/sporadik-dask/numba`` on Linux). ``NUMBA_CACHE_DIR``, when set, still
-wins, as numba documents.
+cache directory as ``platformdirs`` finds it (``~/.cache/sporadik-dask/numba`` on Linux,
+``~/Library/Caches/sporadik-dask/numba`` on macOS, under ``%LOCALAPPDATA%`` on Windows).
+``NUMBA_CACHE_DIR``, when set, still wins, as numba documents.
 
 ``sparse`` compiles its numba functions without a cache, so every new process (each dask worker too)
 compiles those a read's blocks meet again, seconds before a first sum's result (docs/benchmarks.md,
@@ -26,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 try:  # numba 0.61 and later
     from numba.core.caching import CacheImpl, UserWideCacheLocator
 except ImportError:  # earlier releases spell both with a leading underscore
@@ -43,13 +46,11 @@ _TREES: list[Path] = [_PACKAGE]
 
 
 def cache_dir() -> Path:
-    """``$SPORADIK_DASK_CACHE_DIR``, else the user cache directory numba's own default uses."""
+    """``$SPORADIK_DASK_CACHE_DIR``, else ``numba`` in this package's user cache directory."""
     chosen = os.environ.get("SPORADIK_DASK_CACHE_DIR")
     if chosen:
         return Path(chosen)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "sporadik-dask" / "numba"
+    return Path(platformdirs.user_cache_dir("sporadik-dask", appauthor=False)) / "numba"
 
 
 class PackageCacheLocator(UserWideCacheLocator):

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sporadik_dask.store.describe import LayoutDescription
 
 __all__ = [
+    "BATCH_BYTES",
     "BATCH_VALUES",
     "BLOCKS_PER_CORE",
     "BRACKET_POSITIONS",
@@ -82,6 +83,12 @@ CHUNKS_AT_ONCE = 64
 #: Values :func:`~sporadik_dask.reduce.store.reduce_store` reads per batch of runs: a few tens
 #: of MB with their coordinates.
 BATCH_VALUES = 2**21
+
+#: Bytes of values and indices a batch of a reduction's pass holds (2 Mi float32 values alone):
+#: a pass that needs each value's index (a filter, a group per index) takes half the values per
+#: batch of one that needs only the runs, so a filtered reduction holds what the unfiltered one
+#: does.
+BATCH_BYTES = 2**23
 
 #: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
 #: the store's pass: reading holds about what a batch of the pass holds, and reads only the

@@ -9,7 +9,10 @@ views of them, not copies. Windows are read ahead on threads while the consumer 
 ``prefetch`` of them: memory is bounded by about ``prefetch + 1`` windows (the one consumed and
 those read ahead), and a batch kept longer keeps its window. An epoch's first window is read
 alone, on every core (each window's chunks are decoded by every core), so its first batch is not
-kept waiting by the windows after.
+kept waiting by the windows after. The ``prefetch`` threads are the iteration's own, not the
+process's decode pool: their number is the bound on windows held, they live as long as an
+epoch's iteration, and each window's chunks are decoded on the decode pool
+(:mod:`~sporadik_dask.store.parallel`), which a read on one of its own threads could not use.
 """
 
 from __future__ import annotations

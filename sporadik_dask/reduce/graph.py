@@ -200,15 +200,16 @@ def _one_block(result: Delayed, shape: tuple[int, ...], meta: Any) -> da.Array:
     return dask_model.rewrap(FreshResult, dask_model.from_delayed(result, shape, meta, name=name))
 
 
-def as_fresh(x: Any) -> Any:
+def as_fresh(x: Any, *, read: bool = False) -> Any:
     """``x`` as a :class:`FreshResult` when it is a plain dask array of a block made afresh
     (xarray holds plain dask arrays only), else ``x``: a persisted one holds its block, which
-    dask then copies as it should."""
+    dask then copies as it should. A reduction of ours is made afresh, and so is a ``read`` of a
+    store (its task reads the block anew at every compute)."""
     from dask.core import istask
 
     if (
         type(x) is not da.Array
-        or not str(x.name).startswith(FRESH_PREFIX)
+        or not (read or str(x.name).startswith(FRESH_PREFIX))
         or x.numblocks != (1,) * x.ndim
     ):
         return x

@@ -1,5 +1,9 @@
 """Threads that overlap reading with adding: the next batch of runs fetched while this one is
-added, a batch laid down while the next is added up."""
+added, a batch laid down while the next is added up.
+
+Each is one thread of its own, living as long as its pass, not a share of the decode pool
+(:mod:`~sporadik_dask.store.parallel`): its one-behind order is what bounds memory to two
+batches, and a fetch on a decode thread would decode its chunks inline, on one core."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.planning.budgets import BATCH_VALUES
+from sporadik_dask.planning.budgets import BATCH_BYTES
 
 __all__ = [
     "Fetch",
@@ -44,13 +48,14 @@ class Fetch:
         return indices, values
 
 
-def batch_bounds(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
-    """Batches of consecutive positions (offsets into ``lo``/``hi``), about ``BATCH_VALUES``
-    values each."""
+def batch_bounds(
+    lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64], value_bytes: int
+) -> list[tuple[int, int]]:
+    """Batches of consecutive positions (offsets into ``lo``/``hi``) of about ``BATCH_BYTES``
+    each, where each value read costs ``value_bytes`` (its own, and its index's if read)."""
+    per_batch = max(BATCH_BYTES // max(value_bytes, 1), 1)
     ends = np.cumsum(hi - lo)
-    cuts = np.searchsorted(
-        ends, np.arange(BATCH_VALUES, int(ends[-1]) if ends.size else 0, BATCH_VALUES)
-    )
+    cuts = np.searchsorted(ends, np.arange(per_batch, int(ends[-1]) if ends.size else 0, per_batch))
     bounds = np.unique(np.concatenate([[0], cuts, [lo.size]])).tolist()
     return list(itertools.pairwise(bounds))
 

@@ -44,7 +44,6 @@ def store_fields(
     first, last = span or (0, layout.positions)
     ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
     disjoint = None if dense else Disjoint.of(target, axis, reader.dtype)
-    batches = batch_bounds(lo, hi)
     grouped_here = target.grouping is not None and target.grouping.axis == axis
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
     parts = [gather_fields(op, target, *nothing, skipna, dense)]
@@ -56,6 +55,7 @@ def store_fields(
     as_stored = strides is not None and stored.kind == "i"
     # each value's output cell is its run's when only the run's axis is kept: no index read
     fetch = Fetch(reader, layout, lo, hi, runs_only=target.kept == (axis,), as_stored=as_stored)
+    batches = batch_bounds(lo, hi, _bytes_per_value(reader, layout, fetch))
 
     lookup = np.zeros(0, np.int8)
     grouping = target.grouping
@@ -201,7 +201,9 @@ def finished_cells(
     stored = disjoint.by_code and layout.index_dtypes["indices"].kind == "i"
     fetch = Fetch(reader, layout, lo, hi, as_stored=stored)
     cells = disjoint.extent * disjoint.trail
-    for a, b, (indices, values) in ahead(fetch, batch_bounds(lo, hi)):
+    for a, b, (indices, values) in ahead(
+        fetch, batch_bounds(lo, hi, _bytes_per_value(reader, layout, fetch))
+    ):
         lengths = hi[a:b] - lo[a:b]
         coords = index_coords(len(reader.shape), layout, indices)
         found = disjoint.lead_cells(op, first + a, lengths, coords, values, skipna=skipna)
@@ -214,3 +216,12 @@ def finished_cells(
         fields = disjoint.fields(first + a, lengths, coords, values, skipna=skipna)
         data = sparse_values(op, fields, disjoint.target, reader.dtype, skipna=skipna)
         yield fields.ids // cells, fields.ids % cells, data
+
+
+def _bytes_per_value(reader: Any, layout: Any, fetch: Fetch) -> int:
+    """What each value a batch of ``fetch`` reads costs: its own bytes, and its index's
+    (stored, or widened to int64) unless only the runs are read."""
+    if fetch.runs_only:
+        return int(reader.dtype.itemsize)
+    index = layout.index_dtypes["indices"].itemsize if fetch.as_stored else 8
+    return int(reader.dtype.itemsize + index)

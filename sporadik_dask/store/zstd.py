@@ -1,18 +1,13 @@
 """Zstd compression and decompression of whole chunks on contexts each thread keeps, in
 numcodecs' own library.
 
-numcodecs' ``Zstd.encode`` makes a compression context (about 1 MiB of match tables) for every
-chunk and frees it after. Where glibc's mmap threshold is fixed at 128 KiB, as it is in every
-worker a distributed nanny starts (its ``MALLOC_TRIM_THRESHOLD_=65536`` turns the dynamic
-threshold off), each context is a fresh mapping whose pages fault in as the tables are touched,
-which slows encoding down (docs/benchmarks.md, "Numbers behind the code's choices"). The same
-functions of the same library, called on a context kept per thread, write the same bytes and fault
-nothing. Where the library's functions cannot be found, or a sample does not come out byte for
-byte as numcodecs writes it, chunks are encoded by numcodecs as before.
-
-Reads decode each chunk straight into its place in the array they fill, on a decompression
-context each thread keeps: numcodecs' ``decode`` returns a new 128 KiB buffer per chunk (33
-faults each under the nanny's setting), which a read then copies into place.
+numcodecs makes and frees a zstd context for every chunk it encodes or decodes; under the fixed
+mmap threshold a distributed nanny sets, each compression context faults its tables in afresh, and
+even ``Zstd.decode(buf, out=...)`` into place spends more CPU per chunk than a kept context
+(measured: "Chunk codecs under distributed's trim threshold" in docs/benchmarks.md, made by
+``benchmarks/encode.py``). The same library's functions on a context kept per thread write the
+same bytes and read the same values (``tests/store/test_zstd.py``). Where the functions cannot be
+found, or a sample does not come out byte for byte as numcodecs writes it, numcodecs is used.
 """
 
 from __future__ import annotations

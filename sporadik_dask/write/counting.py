@@ -1,5 +1,6 @@
 """The count pass's tasks: values per position along each counted axis, over a piece, added up;
-and, when a write stores its values in a dtype picked from them, their range."""
+when a write stores its values in a dtype picked from them, their range; and where each piece
+read was kept for the write (:mod:`~sporadik_dask.write.kept`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import numpy.typing as npt
 
 from sporadik_dask.planning.dtypes import ValueRange, merge_ranges
 from sporadik_dask.planning.plan import PositionCounts
+from sporadik_dask.write.kept import KeptPiece, keep_piece
 from sporadik_dask.write.pieces import Piece
+from sporadik_dask.write.spill import SpillTo
 
 __all__ = [
     "Counted",
@@ -32,6 +35,8 @@ class Counted(NamedTuple):
     spans: npt.NDArray[np.int64]
     #: The range of the values, when asked for.
     values: ValueRange | None = None
+    #: Where each piece was kept, in piece order (None: not kept, the write reads it again).
+    kept: tuple[KeptPiece | None, ...] = ()
 
 
 class Tally(NamedTuple):
@@ -46,17 +51,25 @@ class Tally(NamedTuple):
     spans: npt.NDArray[np.int64]
     #: The range of every value (:mod:`~sporadik_dask.planning.dtypes`), when asked for.
     values: ValueRange | None = None
+    #: Where each piece was kept, as :attr:`Counted.kept`.
+    kept: tuple[KeptPiece | None, ...] = ()
 
 
-def count_piece(piece: Piece, extents: Sequence[tuple[int, int]], ranged: bool = False) -> Counted:
-    """Values per position along each ``(axis, length)``, the positions the piece spans, and
-    with ``ranged`` the range of its values."""
+def count_piece(
+    piece: Piece,
+    extents: Sequence[tuple[int, int]],
+    ranged: bool = False,
+    keep_to: SpillTo | None = None,
+) -> Counted:
+    """Values per position along each ``(axis, length)``, the positions the piece spans, with
+    ``ranged`` the range of its values, and with ``keep_to`` where the piece was kept."""
     spans = np.empty((1, len(extents), 2), dtype=np.int64)
     for k, (axis, length) in enumerate(extents):
         column = piece.coords[axis]
         spans[0, k] = (column.min(), column.max()) if column.size else (length, -1)
     counts = tuple(_counted(piece.coords[axis], length) for axis, length in extents)
-    return Counted(counts, spans, ValueRange.of(piece.data) if ranged else None)
+    values = ValueRange.of(piece.data) if ranged else None
+    return Counted(counts, spans, values, (keep_piece(piece, keep_to),))
 
 
 def _counted(positions: npt.NDArray[np.int64], length: int) -> PositionCounts:
@@ -76,7 +89,8 @@ def add_counts(*counted: Counted) -> Counted:
     counts = tuple(_added(column) for column in columns)
     ranges = [c.values for c in counted if c.values is not None]
     values = merge_ranges(*ranges) if ranges else None
-    return Counted(counts, np.concatenate([c.spans for c in counted]), values)
+    kept = tuple(k for c in counted for k in c.kept)
+    return Counted(counts, np.concatenate([c.spans for c in counted]), values, kept)
 
 
 def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
@@ -99,4 +113,4 @@ def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
 
 def tally(counted: Counted, repeats: int) -> Tally:
     """The count pass's result."""
-    return Tally(counted.counts, repeats, counted.spans, counted.values)
+    return Tally(counted.counts, repeats, counted.spans, counted.values, counted.kept)

@@ -42,13 +42,19 @@ RUN_ARRAYS = ("indices", "data", MAXIMA, "indptr")
 
 
 def count_graph(
-    pieces: Pieces, shape: Sequence[int], axes: Sequence[int], ranged: bool = False
+    pieces: Pieces,
+    shape: Sequence[int],
+    axes: Sequence[int],
+    ranged: bool = False,
+    keep_to: SpillTo | None = None,
 ) -> Delayed:
     """A delayed :class:`~sporadik_dask.write.counting.Tally`: the pass fixing every ``indptr``,
-    and with ``ranged`` the range of every value (which picks the dtype a write stores)."""
+    with ``ranged`` the range of every value (which picks the dtype a write stores), and with
+    ``keep_to`` each piece kept there for the write (:mod:`~sporadik_dask.write.kept`)."""
     extents = tuple((int(axis), int(shape[axis])) for axis in axes)
-    name = f"sporadik-count-{tokenize(pieces.keys, pieces.repeats, extents, ranged)}"
-    layer = _count_layer(name, pieces.keys, pieces.repeats, extents, ranged)
+    token = tokenize(pieces.keys, pieces.repeats, extents, ranged, keep_to)
+    name = f"sporadik-count-{token}"
+    layer = _count_layer(name, pieces.keys, pieces.repeats, extents, ranged, keep_to)
     return Delayed(name, extend(pieces.graph, name, layer))
 
 
@@ -58,20 +64,23 @@ def _count_layer(
     repeats: Sequence[Key],
     extents: tuple[tuple[int, int], ...],
     ranged: bool = False,
+    keep_to: SpillTo | None = None,
 ) -> Layer:
     """Pure: the count pass, whose result is the key ``name``.
 
-    1. Count values per position along each axis, in each piece.
+    1. Count values per position along each axis, in each piece; with ``keep_to``, write the
+       piece there, so the write reads the input no more.
     2. Add the counts together in a tree, :data:`COUNT_FAN_IN` at a time, so no task holds more
        than a few count arrays whatever the number of pieces.
     3. Add up the repeats that merging coordinate columns found.
 
-    Each piece's span of positions along each axis comes back with the counts, in piece order.
+    Each piece's span of positions along each axis, and where it was kept, come back with the
+    counts, in piece order.
     """
     layer: Layer = {}
     level = []
     for i, piece in enumerate(pieces):
-        layer[(name, 0, i)] = (counting.count_piece, piece, extents, ranged)
+        layer[(name, 0, i)] = (counting.count_piece, piece, extents, ranged, keep_to)
         level.append((name, 0, i))
     root = fan_in(layer, name, level, counting.add_counts, width=COUNT_FAN_IN)
     layer[name] = (counting.tally, root, (sum, list(repeats)))

@@ -22,6 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 from sporadik_dask.format.spec import LayoutGeometry
 from sporadik_dask.reduce.graph import Key, Layer, block_offsets, fan_in
 from sporadik_dask.write import array_refs, frame_pieces
+from sporadik_dask.write.kept import KeptPiece, kept_piece
 from sporadik_dask.write.pieces import (
     Piece,
     checked_columns,
@@ -35,6 +36,7 @@ from sporadik_dask.write.shuffle import shuffle
 __all__ = [
     "Pieces",
     "current_client",
+    "kept_pieces",
     "names_of_frame",
     "pieces_of_blocks",
     "pieces_of_columns",
@@ -63,16 +65,35 @@ class Pieces:
     keys: tuple[Key, ...]
     #: Keys yielding how many repeated cells each piece merged; empty when none can repeat.
     repeats: tuple[Key, ...] = ()
+    #: Whether the count pass keeps each piece it reads for the write
+    #: (:mod:`~sporadik_dask.write.kept`): reading them again costs more than keeping them.
+    keep: bool = False
+    #: Directories holding the kept pieces these tasks read, removed when the write ends.
+    kept: tuple[str, ...] = ()
 
 
-def pieces_of_blocks(x: da.Array) -> Pieces:
-    """One piece per block of a dask array (``sparse``, ``scipy.sparse`` or numpy chunks)."""
+def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pieces:
+    """``pieces`` as the count pass kept them in ``directory``, each read by a task of its own;
+    the input's graph is needed no more.
+
+    Named by the input's pieces, not by where they were kept: the same write planned twice has
+    the same keys, and either's files hold the same values.
+    """
+    name = f"sporadik-kept-{tokenize(pieces.keys)}"
+    layer: Layer = {(name, b): (kept_piece, found) for b, found in enumerate(kept)}
+    graph = HighLevelGraph.from_collections(name, layer, [])
+    return Pieces(graph, tuple(layer), kept=(directory,))
+
+
+def pieces_of_blocks(x: da.Array, keep: bool = True) -> Pieces:
+    """One piece per block of a dask array (``sparse``, ``scipy.sparse`` or numpy chunks);
+    ``keep``: the count pass keeps each (not for an array held in memory)."""
     from sporadik_dask.read.dask_model import blocks_of, on_blocks
 
     name = f"sporadik-pieces-{tokenize(x)}"
     held, blocks = blocks_of(x)
     layer = _block_pieces(name, blocks, x.chunks)
-    return Pieces(on_blocks(name, layer, held), tuple(layer))
+    return Pieces(on_blocks(name, layer, held), tuple(layer), keep=keep)
 
 
 def _block_pieces(name: str, blocks: str, chunks: Sequence[Sequence[int]]) -> Layer:
@@ -132,7 +153,7 @@ def pieces_of_columns(
         for b in range(len(values.chunks[0]))
     }
     pieces, repeats = _merged(raw, layer, shape)
-    return Pieces(on_blocks(raw, layer, held), pieces, repeats)
+    return Pieces(on_blocks(raw, layer, held), pieces, repeats, keep=True)
 
 
 def names_of_frame(frame: Any, labelled: Sequence[str]) -> Delayed:
@@ -182,7 +203,10 @@ def pieces_of_frame(
     layer[names_key] = labels
     pieces, repeats = _merged(raw, layer, shape)
     return Pieces(
-        HighLevelGraph.from_collections(raw, layer, dependencies=[frame]), pieces, repeats
+        HighLevelGraph.from_collections(raw, layer, dependencies=[frame]),
+        pieces,
+        repeats,
+        keep=True,
     )
 
 

@@ -1,5 +1,8 @@
 """A write's layouts planned: the count pass computed once, then each layout planned from it.
 
+The count pass also keeps each piece it reads, where the input is costly to read again
+(:mod:`~sporadik_dask.write.kept`), and the write takes them from there.
+
 The count pass (:func:`~sporadik_dask.write.graph.count_graph`) is the one pass over the input
 before anything is written: values per position along each axis, the cells named twice, each
 piece's span and, with ``dtype=``, the values' range. Every layout's plan
@@ -10,6 +13,7 @@ piece's span and, with ``dtype=``, the values' range. Every layout's plan
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 import numpy.typing as npt
@@ -18,7 +22,10 @@ from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.planning.budgets import partition_values
 from sporadik_dask.planning.dtypes import check_dtype_option, stored_dtype
 from sporadik_dask.planning.plan import LayoutPlan, plan_layout
+from sporadik_dask.write import spill
 from sporadik_dask.write.graph import count_graph
+from sporadik_dask.write.kept import keep_to_for
+from sporadik_dask.write.piece_graphs import current_client, kept_pieces
 from sporadik_dask.write.sources import Source
 
 __all__ = ["Duplicates", "plan_source"]
@@ -36,10 +43,14 @@ def plan_source(
     partition_bytes: int | None,
     shard: int | None = None,
     dtype: npt.DTypeLike | None = None,
-) -> dict[int, LayoutPlan]:
+) -> tuple[dict[int, LayoutPlan], Source]:
     """Count the source's values per position along each axis (one pass), and plan each layout,
     its values stored in the dtype ``dtype`` asks for (:mod:`~sporadik_dask.planning.dtypes`),
-    found from the range of values the same pass finds."""
+    found from the range of values the same pass finds.
+
+    Returns the plans and the source for the write: the pieces the pass kept, where it kept
+    them (:mod:`~sporadik_dask.write.kept`), else the source as given.
+    """
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
     if shard is not None and byte_addressable:
@@ -48,29 +59,39 @@ def plan_source(
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
     ranged = check_dtype_option(dtype) is not None
-    counts, repeats, spans, found = count_graph(
-        source.pieces, source.shape, axes, ranged=ranged
-    ).compute()
-    if repeats and duplicates == "refuse":
-        raise LayoutError(
-            f"{repeats} values name a cell another value already names. With duplicates='refuse' "
-            "nothing was written; pass duplicates='sum' to add them together, as scipy does."
-        )
-    stored = stored_dtype(dtype, source.dtype, found)
-    target = partition_values(source.dtype, partition_bytes)
-    rank = len(source.shape)
-    return {
-        axis: plan_layout(
-            source.shape,
-            axis,
-            tuple(a for a in range(rank) if a != axis),
-            column,
-            stored,
-            partition_values=target,
-            chunk=chunk,
-            byte_addressable=byte_addressable,
-            shard=shard,
-            spans=spans[:, k],
-        )
-        for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
-    }
+    keep_to = keep_to_for(source.pieces.keep, current_client())
+    try:
+        counts, repeats, spans, found, kept = count_graph(
+            source.pieces, source.shape, axes, ranged=ranged, keep_to=keep_to
+        ).compute()
+        if repeats and duplicates == "refuse":
+            raise LayoutError(
+                f"{repeats} values name a cell another value already names. With "
+                "duplicates='refuse' nothing was written; pass duplicates='sum' to add them "
+                "together, as scipy does."
+            )
+        stored = stored_dtype(dtype, source.dtype, found)
+        target = partition_values(source.dtype, partition_bytes)
+        rank = len(source.shape)
+        plans = {
+            axis: plan_layout(
+                source.shape,
+                axis,
+                tuple(a for a in range(rank) if a != axis),
+                column,
+                stored,
+                partition_values=target,
+                chunk=chunk,
+                byte_addressable=byte_addressable,
+                shard=shard,
+                spans=spans[:, k],
+            )
+            for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
+        }
+    except BaseException:
+        if keep_to is not None:
+            spill.remove(keep_to.directories)
+        raise
+    if keep_to is not None:
+        source = replace(source, pieces=kept_pieces(source.pieces, kept, keep_to.local))
+    return plans, source

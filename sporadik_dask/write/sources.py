@@ -137,7 +137,7 @@ def source_of(
         return _from_coo(x if isinstance(x, sparse.COO) else x.asformat("coo"))
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
-        return _from_dask_array(da.from_array(x))
+        return _from_dask_array(da.from_array(x), keep=False)  # cheaper read again than kept
     raise SporadikError(
         f"Cannot write a {type(x).__module__}.{type(x).__name__}: pass a dask array, an xarray "
         "DataArray, coordinate columns (data, (row, col, ...)) with shape=, a scipy.sparse or "
@@ -145,13 +145,13 @@ def source_of(
     )
 
 
-def _from_dask_array(x: da.Array) -> Source:
+def _from_dask_array(x: da.Array, keep: bool = True) -> Source:
     shape = _check_shape(x.shape)
     dtype = check_dtype(x.dtype)
     meta_fill = getattr(x._meta, "fill_value", 0)
     if meta_fill != 0:
         pieces.piece_of_block(x._meta, [0] * x.ndim)  # refuses, with the reason
-    return Source(shape=shape, dtype=dtype, pieces=piece_graphs.pieces_of_blocks(x))
+    return Source(shape=shape, dtype=dtype, pieces=piece_graphs.pieces_of_blocks(x, keep))
 
 
 def _from_coo(coo: Any) -> Source:

@@ -41,6 +41,7 @@ __all__ = [
     "on_worker",
     "remove",
     "shared_directory_for",
+    "write_failed",
     "write_parts",
 ]
 
@@ -129,20 +130,26 @@ def write_parts(
                 file.write(pairs.data.cast("B"))
                 file.write(data.data.cast("B"))
     except OSError as failed:
-        raise OSError(
-            failed.errno,
-            f"Cannot spill the write's shuffle parts to {directory} ({failed.strerror}); this "
-            f"piece's parts are {pairs.nbytes + data.nbytes:,} bytes (a float32 layout's are "
-            "12 bytes a value). On a local scheduler, point dask's temporary-directory at a "
-            "writable directory with room (dask.config.set({'temporary-directory': ...})); on "
-            "a cluster, make room beside the store. Or keep the parts in memory with "
-            "dask.config.set({'sporadik.spill-bytes': -1}).",
-        ) from failed
+        size = pairs.nbytes + data.nbytes
+        raise write_failed(failed, directory, size, "shuffle parts") from failed
     length = data.shape[0]
     return [
         SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str)
         for lo, hi in itertools.pairwise(edges)
     ]
+
+
+def write_failed(failed: OSError, directory: str, size: int, what: str) -> OSError:
+    """The error of a write's file that could not be written to ``directory``: what it held,
+    where else it may go, and how to keep it in memory instead."""
+    return OSError(
+        failed.errno,
+        f"Cannot put the write's {what} in {directory} ({failed.strerror}); this one is "
+        f"{size:,} bytes (a float32 layout's parts are 12 bytes a value). On a local "
+        "scheduler, point dask's temporary-directory at a writable directory with room "
+        "(dask.config.set({'temporary-directory': ...})); on a cluster, make room beside the "
+        "store. Or keep everything in memory with dask.config.set({'sporadik.spill-bytes': -1}).",
+    )
 
 
 class PartReader:

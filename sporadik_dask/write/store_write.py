@@ -50,6 +50,7 @@ class StoreWrite(DaskMethodsMixin):
         "_block",
         "_done",
         "_graph",
+        "_kept",
         "_keys",
         "_location",
         "_name",
@@ -67,14 +68,17 @@ class StoreWrite(DaskMethodsMixin):
         location: str,
         spill_to: spill.SpillTo | None = None,
         token: str | None = None,
+        kept: Sequence[str] = (),
     ) -> None:
         self._graph, self._keys, self._store = graph, keys, store
         self._block, self._location, self._token = block, location, token
         self._spill = () if spill_to is None else spill_to.directories
+        # the pieces the count pass kept outlive a failed compute, which a retry reads again
+        self._kept = tuple(kept)
         self._name: str = list(graph.layers)[-1]
         self._done = False  # every chunk write seen to return, by compute or wait
-        if self._spill:  # a write computed by dask.compute, or never, leaves no parts
-            weakref.finalize(self, spill.remove, self._spill)
+        if self._spill or self._kept:  # a write computed by dask.compute, or never, leaves none
+            weakref.finalize(self, spill.remove, self._spill + self._kept)
 
     def __dask_graph__(self) -> HighLevelGraph:
         return self._graph
@@ -89,7 +93,8 @@ class StoreWrite(DaskMethodsMixin):
         return (type(self).__name__, self._name)
 
     def __dask_postcompute__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _commit, (self._store, self._block, self._location, self._spill, self._token)
+        files = self._spill + self._kept
+        return _commit, (self._store, self._block, self._location, files, self._token)
 
     def __dask_postpersist__(self) -> tuple[Any, tuple[Any, ...]]:
         raise NotImplementedError("A store write is computed, not persisted.")
@@ -131,7 +136,8 @@ class StoreWrite(DaskMethodsMixin):
                 "w.compute() first, or pass the result of w.written(): "
                 "w.commit(client.compute(w.written()).result())."
             )
-        return _commit(None, self._store, self._block, self._location, self._spill, self._token)
+        files = self._spill + self._kept
+        return _commit(None, self._store, self._block, self._location, files, self._token)
 
     def committed(self) -> bool:
         """Whether the store's root holds this write's block, as :meth:`commit` writes it.

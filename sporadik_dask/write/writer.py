@@ -21,6 +21,7 @@ from sporadik_dask.planning.plan import LayoutPlan
 from sporadik_dask.store.codecs import Codecs, check_codecs
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.storage import StoreLike, open_group
+from sporadik_dask.write import spill
 from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.graph import write_graph
 from sporadik_dask.write.plans import Duplicates, plan_source
@@ -205,10 +206,10 @@ def to_sporadik(
     check_dtype_option(dtype)
     inputs = _read_from(x)
     check_target(store, overwrite=overwrite, storage_options=storage_options, inputs=inputs)
-    source = source_of(x, shape=shape, columns=columns, values=values)
-    plans = plan_source(
-        source,
-        _axes(axes, len(source.shape)),
+    given = source_of(x, shape=shape, columns=columns, values=values)
+    plans, source = plan_source(
+        given,
+        _axes(axes, len(given.shape)),
         duplicates=duplicates,
         chunk=chunk,
         byte_addressable=byte_addressable,
@@ -216,17 +217,21 @@ def to_sporadik(
         shard=shard,
         dtype=dtype,
     )
-    skeleton, arrays = skeleton_and_arrays(
-        store,
-        storage_options,
-        overwrite,
-        source.labels,
-        plans,
-        byte_addressable,
-        codecs,
-        source.pieces.keys,
-    )
-    block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
+    try:
+        skeleton, arrays = skeleton_and_arrays(
+            store,
+            storage_options,
+            overwrite,
+            source.labels,
+            plans,
+            byte_addressable,
+            codecs,
+            given.pieces.keys,
+        )
+        block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
+    except BaseException:
+        spill.remove(source.pieces.kept)
+        raise
     return _write(source, plans, arrays, skeleton.where / LAYOUTS_GROUP, block, skeleton, compute)
 
 
@@ -253,12 +258,21 @@ def _write(
     # a layout added to a finished store is never the write's own to delete (``discard``)
     token = laid_out.token if isinstance(laid_out, Skeleton) else None
     location = laid_out.location
-    graph, keys, spill_to = write_graph(
-        source.pieces, plans, arrays, spilled, shared=layouts, first=first
+    try:
+        graph, keys, spill_to = write_graph(
+            source.pieces, plans, arrays, spilled, shared=layouts, first=first
+        )
+    except BaseException:
+        spill.remove(source.pieces.kept)
+        raise
+    write = StoreWrite(
+        graph, keys, layouts.store, block, location, spill_to, token=token, kept=source.pieces.kept
     )
-    write = StoreWrite(graph, keys, layouts.store, block, location, spill_to, token=token)
     if compute:
-        description: StoreDescription = write.compute()
+        try:
+            description: StoreDescription = write.compute()
+        finally:
+            spill.remove(source.pieces.kept)  # no one retries a write they did not hold
         return description
     return write
 
@@ -324,7 +338,7 @@ def add_axis(
     root = open_group(store, mode="r+", storage_options=storage_options)
     child = root[held.path]
     source = source_of_layout(child, held, description.location)
-    plans = plan_source(
+    plans, source = plan_source(
         source,
         (axis,),
         duplicates="refuse",

@@ -237,7 +237,7 @@ def test_sparse_group_sums_and_means_at_ranks_2_and_3_equal_the_indicator_matrix
         raw[(indicator @ nans) > 0] = np.nan  # skipna=False: a NaN among a cell's values
         budgets = {"sporadik.dense-result-cells": 0}
         with dask.config.set(budgets), pytest.MonkeyPatch.context() as patch:
-            patch.setattr(prefetch, "BATCH_VALUES", batch)
+            patch.setattr(prefetch, "BATCH_BYTES", batch * 8)
             for op, skipna, flat in (("sum", None, sums), ("mean", None, means),
                                      ("sum", False, raw)):  # fmt: skip
                 result = getattr(counts.groupby("kind"), op)(skipna=skipna)

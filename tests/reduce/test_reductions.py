@@ -145,7 +145,7 @@ def test_a_sparse_grouped_pass_over_a_store_in_many_small_batches_equals_the_den
     codes[:groups] = np.arange(groups)  # every group has a member, as xarray's groups do
     grouping = Grouping(grouped, codes, groups)
     monkeypatch.setattr(disjoint, "SPARSE_BATCH_CELLS", block)
-    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)
+    monkeypatch.setattr(prefetch, "BATCH_BYTES", 50 * 8)
     for reduced in [(), tuple(a for a in range(3) if a != grouped)[:1]]:
         target = Target(dense.shape, reduced, grouping)
         with warnings.catch_warnings():
@@ -183,7 +183,7 @@ def test_a_pass_over_a_store_in_any_index_order_equals_the_reduction_of_its_coor
     dense = _dense(dtype)
     reader = StoreReader(write_reference(tmp_path / "s.zarr", dense, orders, chunk=16))
     coo = sparse.COO.from_numpy(dense)
-    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)  # many batches, each added in place
+    monkeypatch.setattr(prefetch, "BATCH_BYTES", 50 * 8)  # many batches, each added in place
     codes = np.random.default_rng(2).integers(-1, 3, 30)
     codes[:3] = np.arange(3)
     groupings = [None, Grouping(0, codes, 3), Grouping(2, codes[:5] % 2, 2)]
@@ -210,7 +210,7 @@ def test_a_dense_group_pass_over_the_layout_indexed_by_the_grouped_axis_equals_t
     path = write_reference(tmp_path / "s.zarr", dense, {0: (1,), 1: (0,)})
     reader = StoreReader(path)
     coo = sparse.COO.from_numpy(dense)
-    monkeypatch.setattr(prefetch, "BATCH_VALUES", 50)
+    monkeypatch.setattr(prefetch, "BATCH_BYTES", 50 * 8)
     codes = np.random.default_rng(3).integers(-1, 3, 30)
     codes[:3] = np.arange(3)
     target = Target(dense.shape, (), Grouping(0, codes, 3))

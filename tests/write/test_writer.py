@@ -30,7 +30,10 @@ from tests.helpers import (
     StoreKind,
     labelled,
     layout_files,
+    logged_dense,
+    logged_input,
     random_dense,
+    reads_logged,
     stored,
     zarr_array,
     zarr_group,
@@ -420,7 +423,18 @@ def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: P
         "name": "counts",
         "dims": ["cell", "gene"],
         "attrs": {"units": "reads"},
-        "coords": ["cell", "gene"],
+        "coords": ["gene"],
+        "ranges": {  # the cells' labels, an arange, as their formula
+            "cell": {
+                "dims": ["cell"],
+                "start": 10,
+                "step": 1,
+                "size": 6,
+                "dtype": "<i8",
+                "index": "pandas",
+                "attrs": {},
+            }
+        },
     }
     assert list(stored(root, "coords/gene")) == ["a", "b", "c", "d"]
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
@@ -897,3 +911,32 @@ def test_a_threaded_write_runs_on_the_pool_dask_made_and_replaces_none(
     assert made is not None and after is made
     assert seen and seen <= set(made._threads), (seen, made._threads)
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_a_write_reads_each_block_of_its_input_once(tmp_path: Path, scheduler: str) -> None:
+    log, scratch = tmp_path / "reads", tmp_path / "scratch"
+    x = logged_input(log, 4)
+    with dask.config.set({"scheduler": scheduler, "temporary-directory": str(scratch)}):
+        sd.to_sporadik(x, tmp_path / "s.zarr", partition_bytes=4000)
+    assert reads_logged(log) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), logged_dense(4))
+    assert not any(scratch.iterdir())  # the pieces kept for the write are gone with it
+
+
+def test_a_write_told_to_put_nothing_on_disk_reads_its_input_again(tmp_path: Path) -> None:
+    log = tmp_path / "reads"
+    with dask.config.set({"sporadik.spill-bytes": -1}):
+        sd.to_sporadik(logged_input(log, 3), tmp_path / "s.zarr", partition_bytes=4000)
+    assert reads_logged(log) == [0, 0, 1, 1, 2, 2]
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), logged_dense(3))
+
+
+def test_a_pending_write_never_computed_leaves_no_kept_piece(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        x = logged_input(tmp_path / "reads", 2)
+        write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False)
+    assert any(scratch.iterdir())
+    del write
+    assert not any(scratch.iterdir())
