@@ -15,7 +15,10 @@ reported as such. Results replace this label's section between the script's mark
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -112,47 +115,58 @@ def resident_mb(field: str) -> float:
     return int(line.split()[1]) / 1024
 
 
-def run_case(store: str, case: str) -> dict[str, Any]:
-    """One case in this process: seconds, the values read (a checksum), and the resident
-    memory after the route's imports."""
+def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
+    """One case in this process: seconds of the route's imports, of the read (and of the same
+    read again, if asked), the values read (a checksum), and the resident memory after the
+    imports."""
     what, route = case.rsplit(", ", 1)[0], CASES[case]
+    began = time.perf_counter()
     if route == "reference":
         import sporadik
     else:  # the reading stack, imported lazily by the package, and sparse: the result's type
         import dask
+        import dask.array  # from_sporadik's and chunks='s arrays; opening installs patches of it
         import sparse  # noqa: F401
         import xarray as xr
 
         import sporadik_dask
         import sporadik_dask.read
 
+        with contextlib.suppress(ImportError):  # dask's first compute imports it (a client?)
+            import distributed  # noqa: F401
+
         dask.config.set(scheduler="synchronous")
-    imported = resident_mb("VmRSS")
+    result: dict[str, Any] = {
+        "imported_mb": resident_mb("VmRSS"),
+        "import_seconds": time.perf_counter() - began,
+    }
     key = keys().get(what)
-    start = time.perf_counter()
-    if route == "reference":
-        with sporadik.open_store(store, axis=0) as reader:
-            _, found = reader.coords_at(key["sample"])
-        total = int(found.sum())
-    elif what == "open":
-        ds = xr.open_dataset(store, engine="sporadik")
-        total = len(ds.sizes)
-    elif route in ("lazy", "chunks"):
-        chunks: dict[str, int] | None = {} if route == "chunks" else None
-        if what.startswith("blocks"):
-            chunks = {"dim_1": BLOCK}
-        ds = xr.open_dataset(store, engine="sporadik", chunks=chunks)
-        (var,) = ds.data_vars.values()
-        var = var.rename({var.dims[0]: "sample", var.dims[1]: "pos"})
-        if what == "sum per position":
-            picked = var.sum("sample")
-        elif what == "1,000 points":
-            rows, cols = key
-            picked = var.isel(sample=xr.DataArray(rows, dims="p"), pos=xr.DataArray(cols, dims="p"))
-        else:
-            picked = var.isel(key)
-        total = checksum(picked.data)
-    else:
+
+    def read() -> int:
+        if route == "reference":
+            with sporadik.open_store(store, axis=0) as reader:
+                _, found = reader.coords_at(key["sample"])
+            return int(found.sum())
+        if what == "open":
+            ds = xr.open_dataset(store, engine="sporadik")
+            return len(ds.sizes)
+        if route in ("lazy", "chunks"):
+            chunks: dict[str, int] | None = {} if route == "chunks" else None
+            if what.startswith("blocks"):
+                chunks = {"dim_1": BLOCK}
+            ds = xr.open_dataset(store, engine="sporadik", chunks=chunks)
+            (var,) = ds.data_vars.values()
+            var = var.rename({var.dims[0]: "sample", var.dims[1]: "pos"})
+            if what == "sum per position":
+                picked = var.sum("sample")
+            elif what == "1,000 points":
+                rows, cols = key
+                picked = var.isel(
+                    sample=xr.DataArray(rows, dims="p"), pos=xr.DataArray(cols, dims="p")
+                )
+            else:
+                picked = var.isel(key)
+            return checksum(picked.data)
         if route == "dask" and what.startswith("blocks"):
             x = sporadik_dask.from_sporadik(store, chunks=(SAMPLES, BLOCK))
         elif route == "dask":
@@ -168,8 +182,16 @@ def run_case(store: str, case: str) -> dict[str, Any]:
         else:
             ((dim, part_key),) = key.items()
             part = get[(part_key,) if dim == "sample" else (slice(None), part_key)]
-        total = checksum(part)
-    return {"seconds": time.perf_counter() - start, "total": total, "imported_mb": imported}
+        return checksum(part)
+
+    start = time.perf_counter()
+    result["total"] = read()
+    result["seconds"] = time.perf_counter() - start
+    if again:
+        start = time.perf_counter()
+        read()
+        result["again_seconds"] = time.perf_counter() - start
+    return result
 
 
 def checksum(x: Any) -> int:
@@ -179,17 +201,18 @@ def checksum(x: Any) -> int:
     return int(np.asarray(computed.data).sum(dtype=np.int64))
 
 
-def child(store: str, case: str, limit: int) -> None:
+def child(store: str, case: str, limit: int, again: bool) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    result = run_case(store, case)
+    result = run_case(store, case, again)
     result["peak_mb"] = resident_mb("VmHWM")
     print(json.dumps(result))
 
 
-def measure(store: Path, case: str, limit_gb: float, timeout: float) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", str(store), case, str(int(limit_gb * 2**30))]
+def measure(store: Path, case: str, limit_gb: float, timeout: float, again: bool) -> dict[str, Any]:
+    limit = str(int(limit_gb * 2**30))
+    command = [sys.executable, __file__, "--child", str(store), case, limit, str(int(again))]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -205,7 +228,11 @@ def cell(result: dict[str, Any]) -> str:
     if "failed" in result:
         return result["failed"]
     read = result["peak_mb"] - result["imported_mb"]
-    return f"{result['seconds']:.2f} s, +{read:,.0f} MB ({result['peak_mb']:,.0f})"
+    again = f", again {result['again_seconds']:.2f} s" if "again_seconds" in result else ""
+    return (
+        f"{result['seconds']:.2f} s{again} (imports {result['import_seconds']:.2f} s), "
+        f"+{read:,.0f} MB ({result['peak_mb']:,.0f})"
+    )
 
 
 def main() -> None:
@@ -216,6 +243,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument("--both", action="store_true", help="stores with both layouts")
+    parser.add_argument("--again", action="store_true", help="time each read a second time")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     stores = {}
@@ -229,20 +257,24 @@ def main() -> None:
         f"<!-- long-axes-{args.label}: made by benchmarks/long_axes.py -->",
         f"## Genome-length axes, {args.label} ({date.today()})",
         "",
-        f"`python benchmarks/long_axes.py --label {args.label}"
-        f"{' --both' if args.both else ''}`: 100 samples x L positions, "
+        f"`python benchmarks/long_axes.py {shlex.join(sys.argv[1:])}` (load average before the "
+        f"run: {os.getloadavg()[0]:.1f}): 100 samples x L positions, "
         f"{values()[2].size:,} int32 values (all below 3.1e7), "
         f"{'both layouts' if args.both else 'row layout only'}; each case in a "
-        f"fresh process (synchronous scheduler): seconds and peak RSS past the route's imports "
-        "(for this package xarray, dask, zarr and sparse: 180-190 MB; for the reference, zarr: "
-        f"about 50 MB), then the peak RSS in brackets; under a {args.limit_gb:g} GB "
+        "fresh process (synchronous scheduler): seconds of the read (then of the same read again "
+        "in that process, with --again; in brackets, of the route's imports: for this package "
+        "xarray, dask with dask.array and distributed, zarr and sparse; for the reference, zarr) "
+        "and peak RSS past the imports (for this package about 230 MB, for the reference about "
+        f"50 MB), then the peak RSS in brackets; under a {args.limit_gb:g} GB "
         "address-space limit.",
         "",
         f"| case | {header} |",
         "|---|" + "---|" * len(LENGTHS),
     ]
     for case in args.cases:
-        results = [measure(stores[n], case, args.limit_gb, args.timeout) for n in LENGTHS]
+        results = [
+            measure(stores[n], case, args.limit_gb, args.timeout, args.again) for n in LENGTHS
+        ]
         totals = {r["total"] for r in results if "total" in r}
         flag = "" if len(totals) <= 1 else " (values differ!)"
         lines.append(f"| {case}{flag} | " + " | ".join(map(cell, results)) + " |")
@@ -253,6 +285,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:] == ["1"])
     else:
         main()

@@ -28,6 +28,13 @@ from sporadik_dask.testing import LoopbackS3, S3Proxy
 #: The store kinds for a test whose many cases would cost minutes on the S3 server: its S3
 #: cases are marked slow (``pytest.mark.parametrize("store_kind", S3_SLOW, indirect=True)``).
 S3_SLOW = ["local", "memory", "sharded", pytest.param("s3", marks=pytest.mark.slow)]
+#: The store kinds for a test whose sharded cases repeat what another test of its module checks
+#: on a sharded store: its sharded and S3 cases are marked slow.
+SHARDED_SLOW = [
+    "local",
+    "memory",
+    *(pytest.param(k, marks=pytest.mark.slow) for k in ("sharded", "s3")),
+]
 
 
 class StoreKind(NamedTuple):

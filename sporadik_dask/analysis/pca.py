@@ -1,17 +1,22 @@
 """PCA of a store's log-normalized values over a selection of genes, out of core.
 
-Centered implicitly, as scanpy's sparse paths do, so no block is made dense: each span of cells
-(the runs of the store's layout along the cells, read straight from the reader; or, for any other
-dask array, each block of cells) selects the genes from its coordinates, applies the recorded
-elementwise steps to their values in numpy, and gives its count, its mean per gene and its
-genes-by-genes co-moment, from the sparse Gram matrix ``Xᵀ X``; pieces merge in a tree by Chan's
-formula (the matrix form of dask's ``moment_combine``). The covariance's top eigenvectors are the
-components; a second pass projects each piece, ``X V - mean V``. Memory per task: a piece's
-values and a few genes-by-genes matrices (32 MB each at 2,000 genes).
+Centered implicitly, as scanpy's sparse paths do, so no block is made dense: each piece of cells
+(consecutive spans of the runs of the store's layout along the cells, read straight from the
+reader; or, for any other dask array, each block of cells) reads its spans one at a time,
+selects the genes from their coordinates, applies the recorded elementwise steps to their values
+in numpy, and adds their column sums and Gram matrix ``Xᵀ X`` into one genes-by-genes matrix
+(its upper triangle, packed); each piece gives its count, its mean per gene and its co-moment,
+and pieces merge in a tree by Chan's formula (the matrix form of dask's ``moment_combine``). The
+covariance's top eigenvectors are the components; each span is projected, ``X V - mean V``, from
+its CSR matrix held by the first pass when the selected values fit :data:`HELD_VALUES`, else
+from a second read. Memory per task: a span's values (or its piece's, held) and one or two
+packed genes-by-genes matrices (16 MB each at 2,000 genes).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -19,20 +24,40 @@ import numpy.typing as npt
 
 from sporadik_dask.analysis.source import as_dask, cells_axis, recorded_read
 from sporadik_dask.format.errors import SporadikError
-from sporadik_dask.kernels.gram import gram as dense_gram
+from sporadik_dask.kernels.gram import add_gram, add_outer, diagonal, packed_size, unpacked
+from sporadik_dask.kernels.runs import kept_of_runs
 from sporadik_dask.read.blocks import reader_of
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
-__all__ = ["CoMoments", "Components", "pca"]
+__all__ = ["CoMoments", "Components", "Read", "pca"]
 
-#: Pieces' co-moments one task merges: each holds a genes-by-genes matrix (32 MB at 2,000
-#: genes), and the leaves of a merge wait for it; 2 in place of 8 took the peak of HVG then PCA
-#: of 23 M values from 0.89 to 0.68 GiB (benchmarks/analysis.py).
+#: Pieces' co-moments one task merges: each holds a genes-by-genes matrix (16 MB packed at
+#: 2,000 genes), and the leaves of a merge wait for it; 2 in place of 8 took the peak of HVG then
+#: PCA of 23 M values from 0.89 to 0.68 GiB (benchmarks/analysis.py).
 MERGE_FAN_IN = 2
 
-#: Values a span of cells holds at most: a task holds its indices, values and coordinates
-#: (about 40 bytes a value) besides the genes-by-genes matrices.
-SPAN_VALUES = 2**21
+#: Values a span of cells (one CSR part) holds at most: its indices, values and coordinates,
+#: about 40 bytes a value (20 MB), while its pairs add into its piece's Gram matrix. Spans no
+#: longer cost a genes-by-genes matrix each, so they were made 4 times shorter than the 2**21
+#: before; 16 zarr chunks of the benchmark's store (not tuned further).
+SPAN_VALUES = 2**19
+
+#: Spans a piece (one task, one Gram matrix) adds up at most; pieces are at least one a core.
+#: A piece's own cost is a few passes over its packed matrix (zeroed, centered, merged; an
+#: outer product added 0.01 s at 2,000 genes, profiled), against 0.02 s of pairs a span of the
+#: benchmark's (not tuned further).
+PIECE_SPANS = 64
+
+#: Values of the selected genes the first pass holds for the projection (in CSR, about 8 bytes
+#: a value: 64 MB), each piece its share; a piece holding more is read again when projected. At
+#: 23 M values, 2,000 of 10,000 genes selected held 4.5 M, and the second read cost 0.5 CPU
+#: seconds of the 1.85 that PCA took (docs/benchmarks.md).
+HELD_VALUES = 2**23
+
+#: The top components come from ARPACK when the genes are at least this many times as many:
+#: 50 of 2,000 in 1.0 s, where LAPACK's ``dsyevr`` of the whole matrix took 2.2 s (one BLAS
+#: thread, the same answer to 1e-14).
+ARPACK_GENES_PER_COMP = 4
 
 #: Components when none are asked for, as scanpy's default.
 N_COMPS = 50
@@ -45,7 +70,8 @@ class CoMoments(NamedTuple):
     cells: int
     #: Mean per gene, float64.
     mean: npt.NDArray[np.float64]
-    #: Sum over cells of the outer product of each cell's deviation from ``mean``, float64.
+    #: Sum over cells of the outer product of each cell's deviation from ``mean``, float64, its
+    #: upper triangle packed row by row (:mod:`sporadik_dask.kernels.gram`).
     m2: npt.NDArray[np.float64]
 
 
@@ -88,10 +114,11 @@ def pca(
     Returns
     -------
     xarray.Dataset
-        ``X_pca`` (cells by ``pc``, a dask array: the projection is a second pass, computed
-        when asked for), ``components`` (``pc`` by the selected genes), ``variance`` and
-        ``variance_ratio`` (per ``pc``), as scanpy's ``obsm["X_pca"]``, ``varm["PCs"]`` and
-        ``uns["pca"]``; the variances with ddof 1, as scikit-learn's.
+        ``X_pca`` (cells by ``pc``, a dask array: computed from the values the first pass held,
+        or, where they were too many, a second pass computed when asked for), ``components``
+        (``pc`` by the selected genes), ``variance`` and ``variance_ratio`` (per ``pc``), as
+        scanpy's ``obsm["X_pca"]``, ``varm["PCs"]`` and ``uns["pca"]``; the variances with
+        ddof 1, as scikit-learn's.
     """
     import dask
     import xarray as xr
@@ -114,9 +141,12 @@ def pca(
             f"are at most {min(genes.size, cells)}; ask for fewer."
         )
     pieces = _Pieces.of(data, axis, genes)
-    moments = pieces.merged()
-    (found,) = dask.compute(dask.delayed(components_of, pure=True)(moments, n_comps))
-    projected = pieces.projected(found, np.dtype(dtype))
+    reads = pieces.read()
+    moments = pieces.merged([read.moments for read in reads])
+    found, *held = dask.compute(
+        dask.delayed(components_of, pure=True)(moments, n_comps), *[read.held for read in reads]
+    )
+    projected = pieces.projected(found, np.dtype(dtype), held)
     gene_coords = {}
     if genes_dim in data.coords:
         gene_coords = {genes_dim: data.coords[genes_dim].isel({genes_dim: genes})}
@@ -148,9 +178,10 @@ def _selected(mask_var: Any, genes: int) -> npt.NDArray[np.int64]:
 
 
 class _Pieces(NamedTuple):
-    """Pieces of cells, each a call giving its cells by the selected genes as a CSR matrix."""
+    """Pieces of cells, each a call yielding its parts (cells by the selected genes) as CSR
+    matrices, one at a time."""
 
-    #: Per piece, ``(load, *arguments)`` (some arguments delayed): ``load(*arguments)``.
+    #: Per piece, ``(parts, *arguments)`` (some arguments delayed): ``parts(*arguments)``.
     loads: list[tuple[Any, ...]]
     #: Cells per piece.
     cells: list[int]
@@ -177,16 +208,18 @@ class _Pieces(NamedTuple):
             return cls._of_blocks(data, axis, held)
         steps = found.steps
         vectors = [np.asarray(v) for v in dask.compute(*found.vectors)]  # once, not per pass
-        spans = _span_bounds(reader, layouts[axis], found.source.numblocks[axis])
+        spans = _span_bounds(reader, layouts[axis])
         whole = [dask.delayed(v, pure=True) for v in vectors]
-        loads = []
-        for first, last in zip(spans[:-1].tolist(), spans[1:].tolist(), strict=True):
+        loads, cells = [], []
+        for bounds in _pieces_of(spans):
+            first, last = int(bounds[0]), int(bounds[-1])
             operands = [
                 v[first:last] if a == axis else w
                 for v, w, a in zip(vectors, whole, steps.axes, strict=True)
             ]
-            loads.append((span_csr, reader, axis, (first, last), steps, held, *operands))
-        return cls(loads, np.diff(spans).tolist())
+            loads.append((span_parts, reader, axis, bounds, steps, held, *operands))
+            cells.append(last - first)
+        return cls(loads, cells)
 
     @classmethod
     def _of_blocks(cls, data: Any, axis: int, columns: Any) -> _Pieces:
@@ -196,119 +229,167 @@ class _Pieces(NamedTuple):
             read = read.rechunk({1 - axis: -1}, method="tasks")
         blocks = read.to_delayed()
         blocks = blocks[:, 0] if axis == 0 else blocks[0, :]
-        loads = [(block_csr, block, steps, axis, columns) for block in blocks]
+        loads = [(block_parts, block, steps, axis, columns) for block in blocks]
         return cls(loads, list(read.chunks[axis]))
 
-    def merged(self) -> Any:
-        """The co-moments of every piece, merged in a tree (delayed)."""
+    def read(self) -> list[Any]:
+        """Each piece's :class:`Read` (delayed), holding its parts within its share of
+        :data:`HELD_VALUES`."""
         import dask
 
-        moments = dask.delayed(piece_moments, pure=True)
+        read = dask.delayed(piece_read, pure=True)
+        share = HELD_VALUES // max(len(self.loads), 1)
+        return [read(share, *load) for load in self.loads]
+
+    @staticmethod
+    def merged(moments: list[Any]) -> Any:
+        """The pieces' co-moments (delayed), merged in a tree."""
+        import dask
+
         merge = dask.delayed(merge_moments, pure=True)
-        level = [moments(*load) for load in self.loads]
+        level = moments
         while len(level) > 1:
             level = [
                 merge(*level[i : i + MERGE_FAN_IN]) for i in range(0, len(level), MERGE_FAN_IN)
             ]
         return level[0]
 
-    def projected(self, found: Components, dtype: np.dtype[Any]) -> Any:
-        """Each piece's cells on the components, as a dask array (cells by components)."""
+    def projected(self, found: Components, dtype: np.dtype[Any], held: list[Any]) -> Any:
+        """Each piece's cells on the components, as a dask array (cells by components): from
+        its parts now where they were held, else from a second read when computed."""
         import dask
         import dask.array as da
 
+        comps = found.components.shape[0]
+        if all(parts is not None for parts in held):  # one block, written in place
+            out = np.empty((sum(self.cells), comps), dtype=dtype)
+            project_parts(found, [x for parts in held for x in parts], out)
+            return da.from_array(out, chunks=-1)
         project = dask.delayed(project_piece, pure=True)
         axes = dask.delayed(found, pure=True, traverse=False)
-        parts = [
-            da.from_delayed(
-                project(axes, dtype, *load),
-                shape=(cells, found.components.shape[0]),
-                dtype=dtype,
-            )
-            for load, cells in zip(self.loads, self.cells, strict=True)
-        ]
-        return da.concatenate(parts, axis=0)
+        blocks = []
+        for load, cells, parts in zip(self.loads, self.cells, held, strict=True):
+            if parts is not None:
+                block = project_parts(found, parts, np.empty((cells, comps), dtype=dtype))
+                blocks.append(da.from_array(block, chunks=-1))
+                continue
+            shape = (cells, comps)
+            blocks.append(da.from_delayed(project(axes, dtype, *load), shape=shape, dtype=dtype))
+        return da.concatenate(blocks, axis=0)
 
 
-def _span_bounds(reader: Any, layout: Any, spans: int) -> npt.NDArray[np.int64]:
-    """Bounds of ``spans`` spans (or more, of :data:`SPAN_VALUES` each) of the layout's
-    positions, about equal in values."""
+def _span_bounds(reader: Any, layout: Any) -> npt.NDArray[np.int64]:
+    """Bounds of spans of the layout's positions of about :data:`SPAN_VALUES` values each."""
     from sporadik_dask.planning.plan import partition_bounds
 
     ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
-    per_span = min(SPAN_VALUES, -(-int(indptr[-1]) // max(spans, 1)))
-    bounds = partition_bounds(indptr, max(1, per_span))
+    bounds = partition_bounds(indptr, SPAN_VALUES)
     if bounds.size < 2:
         bounds = np.array([0, layout.positions], dtype=np.int64)
     return np.asarray(bounds, dtype=np.int64)
 
 
-def span_csr(
+def _pieces_of(spans: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
+    """Consecutive spans in pieces (each piece's bounds): one a core, or more of at most
+    :data:`PIECE_SPANS` spans each, about equal in spans."""
+    from dask.system import CPU_COUNT
+
+    count = spans.size - 1
+    pieces = min(count, max(-(-count // PIECE_SPANS), int(CPU_COUNT)))
+    edges = np.linspace(0, count, pieces + 1).round().astype(np.int64)
+    return [spans[lo : hi + 1] for lo, hi in itertools.pairwise(edges.tolist())]
+
+
+def span_parts(
     reader: Any,
     axis: int,
-    span: tuple[int, int],
+    bounds: npt.NDArray[np.int64],
     steps: Steps,
     columns: npt.NDArray[np.int64],
     *vectors: Any,
-) -> Any:
-    """The cells ``span`` of the layout along ``axis`` (a run each), as :func:`_csr` makes
-    them: the runs' indices and values read, nothing else."""
+) -> Iterator[Any]:
+    """The cells of each span ``bounds`` gives, of the layout along ``axis`` (a run each), as
+    CSR matrices of the selected genes (``columns``) with the steps applied: the runs' indices
+    and values read, nothing else, the rows the runs as they are."""
+    import scipy.sparse as sp
+
     layout = reader.description.layouts[axis]
-    first, last = span
-    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
-    indices, values = reader.runs(layout, lo, hi)
-    coords = [np.zeros(0, np.int64)] * 2
-    coords[axis] = np.repeat(np.arange(last - first, dtype=np.int64), hi - lo)
-    coords[1 - axis] = indices
-    return _csr(np.stack(coords), values, last - first, steps, axis, columns, vectors)
+    genes = int(columns.max(initial=-1)) + 1
+    start = int(bounds[0])
+    for first, last in itertools.pairwise(bounds.tolist()):
+        ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+        indices, values = reader.runs(layout, lo, hi)
+        indptr, column, taken = kept_of_runs(hi - lo, indices, columns)
+        at = [
+            np.repeat(np.asarray(v)[first - start : last - start], np.diff(indptr))
+            if a == axis
+            else np.asarray(v)[indices[taken]]
+            for v, a in zip(vectors, steps.axes, strict=True)
+        ]
+        data = _held(evaluate(steps, values[taken], at))
+        yield sp.csr_matrix((data, column, indptr), shape=(last - first, genes))
 
 
-def block_csr(
+def block_parts(
     block: Any, steps: Steps, axis: int, columns: npt.NDArray[np.int64], *vectors: Any
-) -> Any:
-    """A block (``sparse.COO`` or anything ``sparse.as_coo`` takes) as :func:`_csr` makes it."""
+) -> Iterator[Any]:
+    """A block (``sparse.COO`` or anything ``sparse.as_coo`` takes) as one CSR matrix of its
+    cells by the selected genes (``columns``), the steps applied."""
+    import scipy.sparse as sp
     import sparse
 
     coo = sparse.as_coo(block)
-    return _csr(coo.coords, coo.data, coo.shape[axis], steps, axis, columns, vectors)
-
-
-def _csr(
-    coords: npt.NDArray[np.int64],
-    values: npt.NDArray[Any],
-    cells: int,
-    steps: Steps,
-    axis: int,
-    columns: npt.NDArray[np.int64],
-    vectors: tuple[Any, ...],
-) -> Any:
-    """Values at ``coords`` (cells along ``axis``) of the selected genes (``columns``), the steps
-    applied, as a float64 ``csr_matrix`` of cells by selected genes."""
-    import scipy.sparse as sp
-
+    coords = coo.coords
     column = columns[coords[1 - axis]]
     kept = column >= 0
     coords = coords[:, kept]
     at = [np.asarray(v)[coords[a]] for v, a in zip(vectors, steps.axes, strict=True)]
-    values = evaluate(steps, values[kept], at).astype(np.float64, copy=False)
-    shape = (cells, int(columns.max(initial=-1)) + 1)
-    return sp.csr_matrix((values, (coords[axis], column[kept])), shape=shape)
+    values = _held(evaluate(steps, coo.data[kept], at))
+    shape = (coo.shape[axis], int(columns.max(initial=-1)) + 1)
+    yield sp.csr_matrix((values, (coords[axis], column[kept])), shape=shape)
 
 
-def piece_moments(load: Any, *arguments: Any) -> CoMoments:
-    """A piece's :class:`CoMoments`: the mean from the column sums, the co-moment as the
-    Gram matrix (:func:`~sporadik_dask.kernels.gram.gram`) less ``cells * outer(mean, mean)``
-    (float64; log-normalized values lose no digit that matters there), merged across pieces
-    without cancellation."""
-    x = load(*arguments)
-    cells, genes = x.shape
+def _held(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Values as the smallest float that holds them exactly (float32 values stay float32:
+    their products are exact in the float64 the Gram matrix adds them in)."""
+    return values.astype(np.result_type(values.dtype, np.float32), copy=False)
+
+
+class Read(NamedTuple):
+    """What the first pass keeps of a piece."""
+
+    moments: CoMoments
+    #: The piece's parts (CSR matrices of the selected genes, the steps applied), for the
+    #: projection, when they hold no more values than the piece's share; else None.
+    held: list[Any] | None
+
+
+def piece_read(share: int, parts: Any, *arguments: Any) -> Read:
+    """A piece's :class:`Read`: its parts' column sums and Gram matrix added up in place
+    (:func:`~sporadik_dask.kernels.gram.add_gram`, float64, packed upper triangle), then the
+    mean from the sums and the co-moment as the Gram matrix less ``cells * outer(mean, mean)``
+    (log-normalized values lose no digit that matters there; pieces merge without
+    cancellation); its parts kept while they hold at most ``share`` values."""
+    cells, sums, gram = 0, np.zeros(0), np.zeros(0)
+    held: list[Any] | None = []
+    values = 0
+    for x in parts(*arguments):
+        if sums.size == 0:
+            genes = x.shape[1]
+            sums, gram = np.zeros(genes), np.zeros(packed_size(genes))
+        add_gram(x.indptr, x.indices, x.data, sums, gram)
+        cells += x.shape[0]
+        values += x.nnz
+        if held is not None and values <= share:
+            held.append(x)
+        else:
+            held = None
     if cells == 0:
-        return CoMoments(0, np.zeros(genes), np.zeros((genes, genes)))
-    mean = np.asarray(x.sum(axis=0)).ravel() / cells
-    gram = dense_gram(x)
-    gram -= cells * np.outer(mean, mean)
-    return CoMoments(cells, mean, gram)
+        return Read(CoMoments(0, sums, gram), held)
+    mean = sums / cells
+    add_outer(gram, mean, -cells)
+    return Read(CoMoments(cells, mean, gram), held)
 
 
 def merge_moments(*parts: CoMoments) -> CoMoments:
@@ -321,32 +402,68 @@ def merge_moments(*parts: CoMoments) -> CoMoments:
         total = cells + part.cells
         delta = part.mean - mean
         mean = mean + delta * (part.cells / total)
-        m2 += part.m2 + np.outer(delta, delta) * (cells * part.cells / total)
+        m2 += part.m2
+        add_outer(m2, delta, cells * part.cells / total)
         cells = total
     return CoMoments(cells, mean, m2)
 
 
 def components_of(moments: CoMoments, n_comps: int) -> Components:
-    """The ``n_comps`` principal axes of the covariance (ddof 1), by a symmetric eigensolver."""
-    import scipy.linalg
-
+    """The ``n_comps`` principal axes of the covariance (ddof 1): by ARPACK's Lanczos
+    iterations on the packed co-moment (BLAS's ``dspmv``) when they are few of the genes, else
+    by a symmetric eigensolver of the whole matrix."""
     genes = moments.mean.size
-    covariance = moments.m2 / max(moments.cells - 1, 1)
-    variance, vectors = scipy.linalg.eigh(covariance, subset_by_index=[genes - n_comps, genes - 1])
-    order = np.argsort(variance)[::-1]
+    ddof = max(moments.cells - 1, 1)
+    if genes >= ARPACK_GENES_PER_COMP * n_comps:
+        values, vectors = _arpack(moments.m2, genes, n_comps)
+    else:
+        import scipy.linalg
+
+        square = unpacked(moments.m2, genes)
+        values, vectors = scipy.linalg.eigh(square, subset_by_index=[genes - n_comps, genes - 1])
+    order = np.argsort(values)[::-1]
     axes = vectors[:, order].T
     largest = np.abs(axes).argmax(axis=1)
     axes *= np.sign(axes[np.arange(n_comps), largest])[:, None]
-    variance = variance[order]
-    total = float(np.trace(covariance))
+    variance = values[order] / ddof
+    total = float(diagonal(moments.m2, genes).sum()) / ddof
     return Components(moments.mean, axes, variance, variance / total)
 
 
+def _arpack(
+    packed: npt.NDArray[np.float64], genes: int, n_comps: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The largest ``n_comps`` eigenpairs of a packed symmetric matrix, to machine precision,
+    from a seeded start (the same answer each time)."""
+    import scipy.linalg.blas as blas
+    import scipy.sparse.linalg as sla
+
+    def times(vector: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        product: npt.NDArray[np.float64] = blas.dspmv(genes, 1.0, packed, np.ravel(vector), lower=1)
+        return product
+
+    operator = sla.LinearOperator((genes, genes), matvec=times, dtype=np.float64)
+    start = np.random.default_rng(0).uniform(-1, 1, genes)
+    values, vectors = sla.eigsh(operator, k=n_comps, which="LA", tol=0, v0=start)
+    return values, vectors
+
+
 def project_piece(
-    found: Components, dtype: np.dtype[Any], load: Any, *arguments: Any
+    found: Components, dtype: np.dtype[Any], parts: Any, *arguments: Any
 ) -> npt.NDArray[Any]:
-    """A piece's cells, centered, on the components: ``X V - mean V``, X kept sparse."""
-    x = load(*arguments)
-    axes = found.components.T
-    out: npt.NDArray[Any] = (x @ axes - found.mean @ axes).astype(dtype)
+    """A piece's cells, read again, on the components (:func:`project_parts`)."""
+    parts = list(parts(*arguments))
+    out = np.empty((sum(x.shape[0] for x in parts), found.components.shape[0]), dtype=dtype)
+    return project_parts(found, parts, out)
+
+
+def project_parts(found: Components, parts: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Parts' cells, centered, on the components, ``X V - mean V`` (X kept sparse), written
+    into ``out`` part by part."""
+    axes = np.ascontiguousarray(found.components.T)
+    shift = found.mean @ axes
+    row = 0
+    for x in parts:
+        out[row : row + x.shape[0]] = x @ axes - shift
+        row += x.shape[0]
     return out

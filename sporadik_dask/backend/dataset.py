@@ -18,10 +18,11 @@ from sporadik_dask.backend import patches
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
+from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.read import StoreReader
 from sporadik_dask.store.as_opened import check_as_opened
 from sporadik_dask.store.describe import open_store
-from sporadik_dask.store.labels import read_labels
+from sporadik_dask.store.labels import Coordinate, Range, read_labels
 from sporadik_dask.store.storage import StoreLike
 
 __all__ = ["open_store_dataset"]
@@ -47,7 +48,7 @@ def open_store_dataset(
     reader = StoreReader.from_opened(opened)
     dropped = {str(name) for name in drop_variables or ()}
     labels = read_labels(opened.root, len(reader.shape), reader.location, skip=dropped)
-    if labels.coords:  # read from chunks after the root: of the store it described, or refused
+    if labels.nodes():  # read from chunks after the root: of the store it described, or refused
         check_as_opened(opened)
     name = labels.name or _default_name(store)
     data = BoundedLazyArray(SporadikBackendArray(reader))
@@ -57,10 +58,14 @@ def open_store_dataset(
     variables = {} if name in dropped else {name: variable}
     coords = {
         key: xr.Variable(c.dims, c.values, attrs=c.attrs)
-        for key, c in labels.coords.items()
+        for key, c in labels.nodes().items()
         if key not in dropped
     }
     dataset = xr.Dataset(variables, coords=coords)
+    for key, c in labels.coords.items():
+        if isinstance(c.values, Range) and key not in dropped:
+            _check_length(key, c, dict(zip(labels.dims, reader.shape, strict=True)), reader)
+            dataset = dataset.assign_coords(_range_coordinates(key, c))
     for key, coord in coords.items():
         if coord.ndim != 1 or coord.dims == (key,):
             continue  # a dim's own coordinate is indexed by xarray already
@@ -69,6 +74,33 @@ def open_store_dataset(
         else:
             dataset = dataset.set_xindex(key)
     return dataset
+
+
+def _check_length(
+    key: str, coordinate: Coordinate, sizes: dict[str, int], reader: StoreReader
+) -> None:
+    (dim,) = coordinate.dims
+    if coordinate.values.size != sizes[dim]:
+        raise SporadikError(
+            f"{reader.location}: the range stored for coordinate {key!r} holds "
+            f"{coordinate.values.size} labels along {dim!r}, which is {sizes[dim]} long, so "
+            "its labels would not match the positions. Rewrite the store."
+        )
+
+
+def _range_coordinates(key: str, coordinate: Coordinate) -> xr.Coordinates:
+    """A range's coordinate with the index it was written with, its values never made."""
+    from xarray.indexes import PandasIndex
+
+    ((dim,), values) = coordinate.dims, coordinate.values
+    if values.index == "pandas":
+        index = PandasIndex(values.pandas_index(key), dim)
+    else:
+        index = values.xarray_index(key, dim)
+    made = index.create_variables()
+    for variable in made.values():
+        variable.attrs.update(coordinate.attrs)
+    return xr.Coordinates(made, indexes=dict.fromkeys(made, index))
 
 
 def _categorical_index(key: str, coord: xr.Variable) -> xr.Coordinates:

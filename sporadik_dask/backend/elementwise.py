@@ -3,11 +3,12 @@
 dask builds ``X * 2``, ``np.log1p(X)``, ``X / X.sum("gene")`` of a read as new layers over its
 blocks, and ``sparse`` computes each step of each block in its own kernels (about 10x numpy's
 time on the same values). ``dask.array.core.elemwise`` (which dask's operators and
-``__array_ufunc__`` call) and ``Array.astype`` are wrapped: the dask array they return is
-unchanged, and when it is a ufunc (:data:`~sporadik_dask.reduce.elementwise.UFUNCS`) or a cast
-of a plain read, or of an array recorded so, with scalars and vectors along one axis each, the
-array also carries the steps (:class:`Recorded`). A reduction of it then reads the store once and
-applies the steps to each batch of values
+``__array_ufunc__`` call), ``dask.array.routines.elemwise`` (which ``where`` calls) and
+``Array.astype`` are wrapped: the dask array they return is unchanged, and when it is a ufunc
+(:data:`~sporadik_dask.reduce.elementwise.UFUNCS`) or a cast of a plain read, or of an array
+recorded so, with scalars and vectors along one axis each, or a ``where`` of such arrays of one
+read and scalars or vectors, the array also carries the steps (:class:`Recorded`). A reduction
+of it then reads the store once and applies the steps to each batch of values
 (:class:`~sporadik_dask.reduce.elementwise.Transformed`). Anything else done to the array (a
 selection, a transpose) gives an array without the record, reduced block by block as before.
 
@@ -28,6 +29,7 @@ import numpy as np
 from sporadik_dask.reduce.elementwise import (
     VALUE,
     AbsentCellsError,
+    Branch,
     Step,
     Steps,
     Vector,
@@ -103,6 +105,8 @@ def recording_cast(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
     """The :class:`Recorded` steps of ``result = op(*args)``, or None."""
+    if op is np.where and len(args) == 3 and not kwargs:
+        return _record_where(args, result)
     ufunc = ufunc_of(op)
     if ufunc is None or ufunc.nout != 1 or len(args) != ufunc.nin:
         return None
@@ -142,6 +146,68 @@ def _record(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any)
     except AbsentCellsError:
         return None
     return Recorded(before.source, steps, tuple(vectors))
+
+
+def _record_where(args: tuple[Any, ...], result: Any) -> Any:
+    """The :class:`Recorded` steps of ``result = np.where(*args)`` when the arrays among its
+    operands are steps of one read (``xr.where(X > 0, X, 0)``): each a :class:`Branch` of the
+    stored values, its vectors renumbered after the others'; else None."""
+    prior = [p for p in map(steps_of, args) if p is not None]
+    if not prior or len({p.source.name for p in prior}) != 1:
+        return None
+    source = prior[0].source
+    if tuple(result.shape) != tuple(source.shape):
+        return None
+    vectors: list[Any] = []
+    axes: list[int] = []
+    operands: list[Any] = []
+    for arg in args:
+        found = steps_of(arg)
+        if found is None:
+            operand = _operand(arg, result.shape)
+            if operand is None:
+                return None
+            if isinstance(operand, tuple):  # (axis, vector)
+                operands.append(Vector(len(vectors), operand[0]))
+                vectors.append(operand[1])
+                axes.append(operand[0])
+            else:
+                operands.append(operand)
+            continue
+        operands.append(
+            Branch(_renumbered(found.steps, len(vectors))) if found.steps.steps else VALUE
+        )
+        vectors.extend(found.vectors)
+        axes.extend(found.steps.axes)
+    source_dtype = np.dtype(source.dtype)
+    steps = Steps(
+        (Step(None, tuple(operands), select=True),),
+        np.dtype(result.dtype),
+        source_dtype,
+        tuple(axes),
+    )
+    try:
+        check_absent_zero(steps, [np.ones(1, getattr(v, "dtype", float)) for v in vectors])
+    except AbsentCellsError:
+        return None
+    return Recorded(source, steps, tuple(vectors))
+
+
+def _renumbered(steps: Steps, offset: int) -> Steps:
+    """``steps`` with each vector operand's number moved by ``offset`` (its branches' too)."""
+
+    def moved(operand: Any) -> Any:
+        if isinstance(operand, Vector):
+            return Vector(operand.number + offset, operand.axis)
+        if isinstance(operand, Branch):
+            return Branch(_renumbered(operand.steps, offset))
+        return operand
+
+    renumbered = tuple(
+        Step(step.ufunc, tuple(map(moved, step.operands)), step.cast, step.select)
+        for step in steps.steps
+    )
+    return Steps(renumbered, steps.dtype, steps.source, steps.axes)
 
 
 def steps_of(arg: Any) -> Recorded | None:

@@ -143,6 +143,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_MANAGER, "DaskManager", "normalize_chunks", _pushdown("blocks.auto_as_preferred")),
     Patch("xarray.core.formatting", "", "dataset_repr", _pushdown("summary.summarizing_stored")),
     Patch("dask.array.core", "", "elemwise", _pushdown("elementwise.recording")),
+    Patch("dask.array.routines", "", "elemwise", _pushdown("elementwise.recording")),
     Patch("dask.array.core", "Array", "astype", _pushdown("elementwise.recording_cast")),
     Patch(_VARIABLE, "", "_broadcast_compat_data", _pushdown("elementwise.chunking_first")),
     Patch(

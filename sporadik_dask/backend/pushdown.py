@@ -32,6 +32,7 @@ from sporadik_dask.backend.elementwise import Recorded, recorded
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.blocks import reader_of
+from sporadik_dask.read.dask_model import EXPRESSIONS
 
 __all__ = ["op_of", "options_of", "pushed_data", "pushing_down", "where_filled"]
 
@@ -144,7 +145,19 @@ def _pushed_down(
     if min_count is not None and options[1]:  # xarray ignores it unless NaN are skipped
         valid = pushed_data(variable, target, "count", True, 0, dense=True)
         data = _missing_below(data, valid, int(min_count), whole=not target.kept)
-    return tuple(variable.dims[a] for a in target.kept), data
+    return tuple(variable.dims[a] for a in target.kept), _aligned(data, variable, target)
+
+
+def _aligned(data: Any, variable: Any, target: Any) -> Any:
+    """A dask result in the chunks of the variable's kept axes, in dask's expression model:
+    there an operation between arrays of unlike chunks fails (``X / X.sum("gene")``), where
+    dask's graph model rechunks them itself."""
+    held = variable._data
+    if not EXPRESSIONS or not target.kept or not hasattr(data, "rechunk"):
+        return data
+    if not hasattr(held, "chunks") or held.chunks is None:
+        return data
+    return data.rechunk(tuple(held.chunks[a] for a in target.kept))
 
 
 def _missing_below(data: Any, valid: Any, min_count: int, *, whole: bool) -> Any:

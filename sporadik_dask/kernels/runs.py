@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from sporadik_dask.kernels.compiled import LACKS_DTYPE, kernel
 
-__all__ = ["columns_of_runs", "copy_pieces", "gather_runs", "rows_of_runs"]
+__all__ = ["columns_of_runs", "copy_pieces", "gather_runs", "kept_of_runs", "rows_of_runs"]
 
 
 @kernel
@@ -195,3 +195,30 @@ def copy_pieces(
     except LACKS_DTYPE:
         for start, stop, at in zip(starts.tolist(), stops.tolist(), places.tolist(), strict=True):
             out[at : at + stop - start] = values[start:stop]
+
+
+@kernel
+def _kept_of_runs(lengths: Any, indices: Any, columns: Any, indptr: Any, kept: Any, at: Any) -> Any:
+    count, value = 0, 0
+    for run in range(len(lengths)):
+        for _ in range(lengths[run]):
+            column = columns[indices[value]]
+            if column >= 0:
+                kept[count], at[count] = column, value
+                count += 1
+            value += 1
+        indptr[run + 1] = count
+    return count
+
+
+def kept_of_runs(
+    lengths: npt.NDArray[np.int64], indices: npt.NDArray[Any], columns: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """Runs (one a row, ``lengths`` values each, laid end to end) as CSR rows of the columns
+    ``columns`` gives their indices (-1: not kept), in one pass: the rows' ``indptr``, the kept
+    values' new columns, and where each kept value sits among the runs' values."""
+    indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+    kept = np.empty(len(indices), dtype=np.int32)
+    at = np.empty(len(indices), dtype=np.int64)
+    count = _kept_of_runs(np.asarray(lengths, dtype=np.int64), indices, columns, indptr, kept, at)
+    return indptr, kept[:count].copy(), at[:count]  # the columns may be held: not the whole

@@ -26,6 +26,7 @@ __all__ = [
     "UFUNCS",
     "VALUE",
     "AbsentCellsError",
+    "Branch",
     "Step",
     "Steps",
     "Transformed",
@@ -92,20 +93,32 @@ class Vector:
     axis: int
 
 
-Operand = Any  # VALUE, a numpy scalar, or a Vector
+@dataclass(frozen=True)
+class Branch:
+    """An operand made from the stored values by steps of its own: a ``where``'s condition or
+    choice (``xr.where(X > 0, np.log1p(X), 0)``), its vectors numbered among the steps'."""
+
+    steps: Steps
+
+
+Operand = Any  # VALUE, a numpy scalar, a Vector or a Branch
 
 
 @dataclass(frozen=True)
 class Step:
-    """One ufunc and its operands, one of which is :data:`VALUE`; or, with no ufunc, a cast of
-    the value to ``cast`` (``astype``)."""
+    """One ufunc and its operands, one of which is :data:`VALUE` (or a :class:`Branch`); with
+    no ufunc, a cast of the value to ``cast`` (``astype``), or, with ``select``, numpy's
+    ``where`` of its three operands."""
 
     ufunc: np.ufunc | None
     operands: tuple[Operand, ...] = (VALUE,)
     cast: np.dtype[Any] | None = None
+    select: bool = False
 
     def __call__(self, args: list[Any]) -> Any:
         """The step on its operands' values."""
+        if self.select:
+            return np.where(*args)
         if self.ufunc is None:
             (value,) = args
             return np.asarray(value).astype(self.cast)
@@ -138,12 +151,26 @@ def evaluate(
     out: Any = values
     with np.errstate(all="ignore"):
         for step in steps.steps:
-            args = [
-                out if o is VALUE else (vector_values[o.number] if isinstance(o, Vector) else o)
-                for o in step.operands
-            ]
+            args = [_operand_values(o, out, values, vector_values) for o in step.operands]
             out = step(args)
     return np.asarray(out).astype(steps.dtype, copy=False)
+
+
+def _operand_values(
+    operand: Operand,
+    value: Any,
+    stored: npt.NDArray[Any],
+    vector_values: Sequence[npt.NDArray[Any]],
+) -> Any:
+    """An operand's values: the value so far, a vector's at each value, a branch's steps
+    applied to the stored values, or a scalar as it is."""
+    if operand is VALUE:
+        return value
+    if isinstance(operand, Vector):
+        return vector_values[operand.number]
+    if isinstance(operand, Branch):
+        return evaluate(operand.steps, stored, vector_values)
+    return operand
 
 
 class AbsentCellsError(SporadikError):
@@ -157,24 +184,40 @@ def check_absent_zero(steps: Steps, vectors: Sequence[npt.NDArray[Any]]) -> None
     vectors along different axes never make the outer product; a nonzero result meeting a vector
     along another axis is refused (it could not be checked without it).
     """
+    state, _ = _absent(steps, vectors, steps)
+    if np.any(state != 0):
+        _refuse(steps, state)
+
+
+def _absent(steps: Steps, vectors: Sequence[npt.NDArray[Any]], whole: Steps) -> tuple[Any, Any]:
+    """What the steps give an absent cell: a value (0-d, or along one axis of the vectors) and
+    that axis (None for 0-d); :func:`check_absent_zero`'s refusal of ``whole`` when two axes
+    meet in a value not 0."""
     state: Any = np.zeros((), dtype=steps.source)
     along: int | None = None
     with np.errstate(all="ignore"):
         for step in steps.steps:
-            args = []
+            args: list[Any] = []
+            axes: list[int | None] = []
             for o in step.operands:
+                axis: int | None
                 if isinstance(o, Vector):
-                    if along is not None and along != o.axis:
-                        _refuse(steps, state)
-                    along = o.axis
-                    args.append(vectors[o.number])
+                    value, axis = vectors[o.number], o.axis
+                elif isinstance(o, Branch):
+                    value, axis = _absent(o.steps, vectors, whole)
+                elif o is VALUE:
+                    value, axis = state, along
                 else:
-                    args.append(state if o is VALUE else o)
-            state = np.asarray(step(args))
+                    value, axis = o, None
+                args.append(value)
+                axes.append(axis)
+            found = {a for a in axes if a is not None}
+            if len(found) > 1:
+                _refuse(whole, state)
+            state, along = np.asarray(step(args)), next(iter(found), None)
             if not np.any(state != 0):  # NaN != 0 too
                 state, along = np.zeros((), state.dtype), None
-    if np.any(state != 0):
-        _refuse(steps, state)
+    return state, along
 
 
 def _refuse(steps: Steps, state: Any) -> None:
@@ -192,7 +235,9 @@ def _refuse(steps: Steps, state: Any) -> None:
 
 def _spelled(steps: Steps) -> str:
     return " then ".join(
-        f"astype({step.cast})" if step.ufunc is None else step.ufunc.__name__
+        "where"
+        if step.select
+        else (f"astype({step.cast})" if step.ufunc is None else step.ufunc.__name__)
         for step in steps.steps
     )
 

@@ -11,6 +11,12 @@ coordinates only). Numbers and booleans are stored as they are, strings as UTF-8
 timedeltas as int64 with their numpy dtype in the array's attributes, and pandas categoricals as
 anndata spells them (a group of ``codes`` and ``categories``), so ``anndata.io.read_elem`` reads
 them too. A coordinate's own attrs are its node's ``attrs`` attribute.
+
+A coordinate of evenly spaced values (xarray's ``RangeIndex``, a pandas ``RangeIndex``, an int64
+``arange`` along its own dim) is stored as its formula in the root attribute, under ``ranges``,
+and has no node: along a genome's positions it would be 8 bytes a position, written and read
+whole. It comes back as the index it was (an ``arange`` as a pandas ``RangeIndex``) without an
+array of its values. A reader that knows no ``ranges`` opens the store without that coordinate.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ __all__ = [
     "LABELS_KEY",
     "Coordinate",
     "Labels",
+    "Range",
     "frame_coords",
     "labels_attributes",
     "labels_of",
@@ -51,8 +58,62 @@ COORDS_GROUP = "coords"
 ATTRS_KEY = "attrs"
 #: An int64 coordinate array's attribute naming the datetime or timedelta dtype it holds.
 TIME_DTYPE_KEY = "numpy_dtype"
+#: The labels document's key holding the coordinates stored as their formula, not as nodes.
+RANGES_KEY = "ranges"
 #: How anndata marks a group of ``codes`` and ``categories``; its ``read_elem`` reads ours.
 CATEGORICAL = {"encoding-type": "categorical", "encoding-version": "0.2.0"}
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Evenly spaced values, ``start + step * i`` for ``i < size``, held as that formula.
+
+    ``index`` says which index they came with and go back to: ``"pandas"`` (a
+    ``pandas.RangeIndex``: integers, exact selection by label) or ``"xarray"`` (xarray's
+    ``RangeIndex``: floats, or the dtype it was given).
+    """
+
+    start: int | float
+    step: int | float
+    size: int
+    #: The values' numpy dtype, as ``numpy.dtype.str``.
+    dtype: str
+    index: str
+    #: One axis, as an array of it would have (``np.ndim`` asks this first).
+    ndim = 1
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
+        """The values themselves, for a reader that asks for them (a label of a minibatch)."""
+        values = self.start + self.step * np.arange(self.size)
+        return values.astype(dtype or self.dtype)
+
+    def document(self) -> dict[str, Any]:
+        """The formula as JSON."""
+        return {k: getattr(self, k) for k in ("start", "step", "size", "dtype", "index")}
+
+    def pandas_index(self, name: str) -> Any:
+        """The values as a ``pandas.RangeIndex`` named ``name``."""
+        import pandas as pd
+
+        start, step = int(self.start), int(self.step)
+        return pd.RangeIndex(start, start + step * self.size, step, name=name)
+
+    def xarray_index(self, name: str, dim: str) -> Any:
+        """The values as xarray's ``RangeIndex`` of coordinate ``name`` along ``dim``."""
+        from xarray.indexes import RangeIndex
+
+        # half a step short of the end: arange's ceil then gives size whatever the rounding
+        stop = self.start + (self.size - 0.5) * self.step
+        index = RangeIndex.arange(
+            self.start, stop, self.step, coord_name=name, dim=dim, dtype=np.dtype(self.dtype)
+        )
+        if index.size != self.size:
+            raise SporadikError(
+                f"Coordinate {name!r}: the range from {self.start!r} by {self.step!r} makes "
+                f"{index.size} values, not the {self.size} stored, so its labels would be "
+                "shifted. Rewrite the store."
+            )
+        return index
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +121,8 @@ class Coordinate:
     """One coordinate as stored: its dims (none, or one of the array's), values and attrs."""
 
     dims: tuple[str, ...]
-    #: A numpy array of numbers, booleans, ``str`` or datetimes, or a ``pandas.Categorical``.
+    #: A numpy array of numbers, booleans, ``str`` or datetimes, a ``pandas.Categorical``, or a
+    #: :class:`Range`.
     values: Any
     attrs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -91,6 +153,10 @@ class Labels:
             )
         object.__setattr__(self, "coords", checked)
 
+    def nodes(self) -> dict[str, Coordinate]:
+        """The coordinates stored as nodes under ``coords/``: all but ranges."""
+        return {k: c for k, c in self.coords.items() if not isinstance(c.values, Range)}
+
 
 def labels_of(array: Any) -> Labels:
     """The labels of an xarray DataArray: name, dims, attrs and every coordinate, checked."""
@@ -98,9 +164,13 @@ def labels_of(array: Any) -> Labels:
 
     coords = {}
     for name, coord in array.coords.items():
-        values = coord.data  # pandas' own array where xarray keeps one (.values converts)
-        if not isinstance(values, pd.api.extensions.ExtensionArray):
+        values: Any = _range_of(name, coord, array.xindexes.get(name))
+        if values is None:
+            values = coord.data  # pandas' own array where xarray keeps one (.values converts)
+        if not isinstance(values, (Range, pd.api.extensions.ExtensionArray)):
             values = np.asarray(coord.values)
+        if _is_arange(name, coord.dims, values):
+            values = Range(int(values[0]), int(values[1] - values[0]), values.size, "<i8", "pandas")
         coords[str(name)] = (tuple(str(d) for d in coord.dims), values, dict(coord.attrs))
     return Labels(
         name=array.name,
@@ -108,6 +178,37 @@ def labels_of(array: Any) -> Labels:
         attrs=dict(array.attrs),
         coords=coords,
     )
+
+
+def _range_of(name: Hashable, coord: Any, index: Any) -> Range | None:
+    """The coordinate's values as a :class:`Range`, read off its index (xarray's ``RangeIndex``
+    or a pandas ``RangeIndex``) without making them; None for any other."""
+    import pandas as pd
+    from xarray.indexes import PandasIndex, RangeIndex
+
+    if isinstance(index, RangeIndex) and index.coord_name == name:
+        dtype = np.dtype(index.transform.dtype).str
+        return Range(_number(index.start), _number(index.step), index.size, dtype, "xarray")
+    if isinstance(index, PandasIndex) and isinstance(index.index, pd.RangeIndex):
+        held = index.index
+        if coord.dtype == np.int64:
+            return Range(int(held.start), int(held.step), len(held), "<i8", "pandas")
+    return None
+
+
+def _number(x: Any) -> Any:
+    """``x`` as a Python number, which JSON takes (numpy's scalars it refuses)."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def _is_arange(name: Hashable, dims: tuple[Hashable, ...], values: Any) -> bool:
+    """Whether ``values`` are int64 and evenly spaced along their own dim (at least two)."""
+    if dims != (name,) or not isinstance(values, np.ndarray) or values.dtype != np.int64:
+        return False
+    if values.size < 2 or values[1] == values[0]:
+        return False
+    step = values[1] - values[0]
+    return bool(np.all(np.diff(values) == step))
 
 
 def frame_coords(
@@ -161,7 +262,8 @@ def _coordinate(name: str, spelled: Any, dims: tuple[str, ...]) -> Coordinate:
             "scalar coordinates and coordinates along one of its dims only. Drop it "
             f"(.drop_vars({name!r})) and store it beside the array, e.g. with to_zarr."
         )
-    values = _storable(name, values)
+    if not isinstance(values, Range):
+        values = _storable(name, values)
     if np.ndim(values) != len(where):
         raise LayoutError(
             f"Coordinate {name!r} has {np.ndim(values)} axes but lies along {where}; pass "
@@ -230,24 +332,32 @@ def labels_attributes(labels: Labels | None) -> dict[str, Any]:
     """
     if labels is None:
         return {}
+    ranges = {
+        name: {"dims": list(c.dims), **c.values.document(), ATTRS_KEY: dict(c.attrs)}
+        for name, c in labels.coords.items()
+        if isinstance(c.values, Range)
+    }
     document = {
         "name": labels.name,
         "dims": list(labels.dims),
         "attrs": dict(labels.attrs),
-        "coords": sorted(labels.coords),
+        "coords": sorted(set(labels.coords) - set(ranges)),
+        **({RANGES_KEY: ranges} if ranges else {}),
     }
     _check_json("The DataArray's name or attrs", document)
     return {LABELS_KEY: document}
 
 
 def write_coords(root: zarr.Group, labels: Labels | None) -> None:
-    """Each of ``labels``' coordinates as a node under ``coords/``."""
-    if labels is None or not labels.coords:
+    """Each of ``labels``' coordinates as a node under ``coords/``, but ranges (stored as their
+    formula by :func:`labels_attributes`)."""
+    nodes = {} if labels is None else labels.nodes()
+    if not nodes:
         return
     import pandas as pd
 
     group = root.create_group(COORDS_GROUP)
-    for name, coordinate in labels.coords.items():
+    for name, coordinate in nodes.items():
         attributes = {ATTRS_KEY: dict(coordinate.attrs)} if coordinate.attrs else {}
         values = coordinate.values
         if isinstance(values, pd.Categorical):
@@ -311,7 +421,30 @@ def read_labels(root: AsyncGroup, rank: int, location: str, skip: Collection[str
     names = [str(name) for name in stored.get("coords", []) if str(name) not in skip]
     coordinates = run(_read_coordinates(root, names, dims, location))
     coords = dict(zip(names, coordinates, strict=True))
+    for name, formula in (stored.get(RANGES_KEY) or {}).items():
+        if name not in skip:
+            coords[name] = _read_range(name, formula, dims, location)
     return Labels(stored.get("name"), dims, stored.get("attrs", {}), coords)
+
+
+def _read_range(name: str, formula: Any, dims: tuple[str, ...], location: str) -> Coordinate:
+    """A coordinate stored as its formula, refused if the formula is not one."""
+    try:
+        (dim,) = formula["dims"]
+        values = Range(*(formula[k] for k in ("start", "step", "size", "dtype", "index")))
+        np.dtype(values.dtype)
+        exact = values.index == "xarray" or {type(values.start), type(values.step)} == {int}
+        known = values.index in ("pandas", "xarray") and exact and values.step != 0
+        known = known and isinstance(values.size, int) and values.size >= 0
+    except (KeyError, TypeError, ValueError):
+        known = False
+    if not known or dim not in dims:
+        raise SporadikError(
+            f"{location}: the range stored for coordinate {name!r} ({formula!r}) is not a "
+            f"start, step, size, dtype and index along one of the dims {dims}, so its labels "
+            "cannot be made. Rewrite the store."
+        )
+    return Coordinate((dim,), values, formula.get(ATTRS_KEY, {}))
 
 
 async def _read_coordinates(

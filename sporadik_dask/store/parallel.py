@@ -40,16 +40,15 @@ def _mark_pool_thread() -> None:
 
 
 def decode_pool() -> ThreadPoolExecutor:
-    """The process's decode pool, made on first use; made again (the old one finishing what it
-    holds) when ``sporadik.decode-threads`` has changed since."""
+    """The process's decode pool, made on first use; made again when ``sporadik.decode-threads``
+    has changed since (the old one is let go, not shut down: a read that holds it still submits
+    to it, and its threads end once no read does)."""
     return _pool_of(decode_threads())
 
 
 def _pool_of(workers: int) -> ThreadPoolExecutor:
     with _lock:
         if workers not in _made:
-            for old in _made.values():
-                old.shutdown(wait=False)
             _made.clear()
             _made[workers] = ThreadPoolExecutor(
                 workers, thread_name_prefix="sporadik-decode", initializer=_mark_pool_thread

@@ -3,6 +3,7 @@ same matrix in memory, up to each component's sign."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import sporadik_dask as sd
-from sporadik_dask.format.errors import SporadikError
+from sporadik_dask.format.errors import SporadikError, StoreReplacedError
 from tests.analysis.conftest import MODES, opened
 
 # the small chunks split the store's zarr chunks on purpose
@@ -52,6 +53,80 @@ def test_pca_of_the_highly_variable_genes_equals_scanpys_up_to_sign(
     got = sd.pca(y, 12, mask_var=hvg["highly_variable"])
     assert got["X_pca"].chunks is not None  # the projection is a pass left to compute
     _equal_up_to_sign(got, expected[1])
+
+
+@pytest.mark.parametrize("n_comps", [12, 40], ids=["ARPACK", "LAPACK"])
+def test_pca_of_every_gene_equals_numpys_on_the_dense_matrix_by_either_eigensolver(
+    counts_store: tuple[Path, Any], log_normalized: Any, n_comps: int
+) -> None:
+    """12 of 150 genes' components come from ARPACK's Lanczos iterations on the packed matrix,
+    40 from LAPACK's solver of the whole one; both equal numpy's ``eigh`` of the dense
+    covariance in float64 (scanpy's, from float32 values, is 1e-5 off at close eigenvalues),
+    up to the float32 rounding of the values themselves."""
+    path, _ = counts_store
+    got = sd.pca(opened(path, "lazy"), n_comps)
+    dense = log_normalized.X.toarray().astype(np.float64)
+    centered = dense - dense.mean(axis=0)
+    covariance = centered.T @ centered / (dense.shape[0] - 1)
+    values, vectors = np.linalg.eigh(covariance)
+    variance, axes = values[::-1][:n_comps], vectors[:, ::-1][:, :n_comps].T
+    np.testing.assert_allclose(got["variance"], variance, rtol=1e-7)
+    np.testing.assert_allclose(got["variance_ratio"], variance / np.trace(covariance), rtol=1e-7)
+    components = got["components"].values
+    signs = np.sign(np.sum(components * axes, axis=1))
+    np.testing.assert_allclose(components, axes * signs[:, None], atol=1e-6)
+    np.testing.assert_allclose(got["X_pca"].values, centered @ axes.T * signs, atol=1e-5)
+
+
+@pytest.mark.parametrize("held", ["none", "about half", "all"])
+def test_pca_of_many_spans_in_many_pieces_equals_scanpys(
+    counts_store: tuple[Path, Any],
+    expected: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    held: str,
+) -> None:
+    """Spans of about 300 values (25 cells or so each), up to 4 a piece: each piece's Gram
+    matrix adds its spans', 6 or more pieces merge in a tree, and each is projected from its
+    values held by the first pass or read again ("about half": each piece may hold the
+    average piece's selected values)."""
+    from sporadik_dask.analysis import pca
+
+    path, csr = counts_store
+    mask = expected[0]["highly_variable"].to_numpy()
+    selected = int(csr[:, mask].nnz)
+    monkeypatch.setattr(pca, "SPAN_VALUES", 300)
+    monkeypatch.setattr(pca, "PIECE_SPANS", 4)
+    monkeypatch.setattr(pca, "HELD_VALUES", {"none": 0, "about half": selected, "all": 10**9}[held])
+    got = sd.pca(opened(path, "lazy"), 12, mask_var=mask)
+    blocks = got["X_pca"].data.numblocks[0]
+    assert blocks == 1 if held == "all" else blocks >= 6
+    _equal_up_to_sign(got, expected[1])
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "read again"])
+def test_the_projection_comes_from_the_values_held_or_from_a_second_read(
+    counts_store: tuple[Path, Any],
+    expected: tuple[Any, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    held: bool,
+) -> None:
+    """Within :data:`HELD_VALUES` the first pass keeps the selected values and ``X_pca`` needs
+    the store no more; past it, ``X_pca`` reads the store again (gone: refused)."""
+    from sporadik_dask.analysis import pca
+
+    if not held:
+        monkeypatch.setattr(pca, "HELD_VALUES", 100)
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(counts_store[0], copy)
+    y = opened(copy, "lazy")
+    got = sd.pca(y, 12, mask_var=expected[0]["highly_variable"])
+    shutil.rmtree(copy)
+    if held:
+        _equal_up_to_sign(got, expected[1])
+    else:
+        with pytest.raises(StoreReplacedError, match="nothing is stored there now"):
+            got["X_pca"].compute()
 
 
 def test_the_largest_entry_of_each_component_is_positive(counts_store: tuple[Path, Any]) -> None:

@@ -83,6 +83,27 @@ def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[A
     )
 
 
+@pytest.mark.filterwarnings("ignore:The specified chunks separate")
+@pytest.mark.parametrize("chunks", [{}, {"cell": 9}], ids=["chunks={}", "chunks=9"])
+def test_a_variable_divided_by_its_own_reduction_has_numpys_values_in_either_dask_model(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """In dask's expression model the reduction comes in the chunks of the kept dims: that
+    model fails an operation between arrays of unlike chunks, where the graph model rechunks
+    them itself. (``+ 1``: a cell of no value would divide 0 by 0, which ``sparse`` refuses.)"""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    total = variable.sum("gene")
+    if EXPRESSIONS:
+        assert total.chunks == tuple(variable.chunksizes[d] for d in total.dims)
+    normalized = (variable / (total + 1) * 1e4).data.compute()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = dense / (_expected(dense, "sum", 1)[:, None, ...] + 1) * 1e4
+    found = normalized.todense() if hasattr(normalized, "todense") else normalized
+    np.testing.assert_allclose(found, expected, rtol=1e-5, equal_nan=True)
+
+
 @pytest.mark.skipif(
     EXPRESSIONS, reason="xarray's nansum of any dask array meets what dask's expression model lacks"
 )

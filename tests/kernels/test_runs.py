@@ -1,4 +1,5 @@
-"""A layout's runs straight to a rank-2 result (gathered, rows, columns), compared with numpy."""
+"""A layout's runs straight to a rank-2 result (gathered, rows, columns, rows of some columns),
+compared with numpy and scipy."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sporadik_dask.kernels.runs import columns_of_runs, gather_runs, rows_of_runs
+from sporadik_dask.kernels.runs import columns_of_runs, gather_runs, kept_of_runs, rows_of_runs
 
 
 @settings(max_examples=100, deadline=None)
@@ -139,3 +140,28 @@ def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
     coords, expected = _coo_of(csc.toarray()[np.ix_(picked, asked)])
     np.testing.assert_array_equal(got[0], coords)
     np.testing.assert_array_equal(got[1], expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 6), max_size=10),
+    genes=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_runs_kept_of_some_columns_are_scipys_column_selection(
+    lengths: list[int], genes: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    runs = np.array(lengths, dtype=np.int64)
+    indices = rng.integers(0, genes, int(runs.sum())).astype(np.int32)
+    values = rng.random(indices.size)
+    chosen = np.flatnonzero(rng.random(genes) < 0.5)
+    columns = np.full(genes, -1, dtype=np.int64)
+    columns[chosen] = np.arange(chosen.size)
+    indptr, kept, at = kept_of_runs(runs, indices, columns)
+    got = sp.csr_matrix((values[at], kept, indptr), shape=(runs.size, chosen.size))
+    rows = np.repeat(np.arange(runs.size), runs)
+    whole = sp.coo_matrix((values, (rows, indices)), shape=(runs.size, genes)).tocsr()
+    np.testing.assert_array_equal(got.toarray(), whole[:, chosen].toarray())
+    assert np.all(indices[at] == chosen[kept])  # each kept value's own column, in run order
+    assert np.all(np.diff(at) > 0)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import sporadik_dask as sd
-from tests.helpers import StoreKind, random_dense
+from tests.helpers import SHARDED_SLOW, StoreKind, random_dense
 
 #: Shapes and dtypes of the module's stores, one per rank.
 CASES = {2: ((7, 6), "float32"), 3: ((5, 6, 4), "int64"), 4: ((4, 3, 5, 3), "uint8")}
@@ -75,6 +75,7 @@ def check(result: Any, expected: npt.NDArray[Any]) -> None:
     np.testing.assert_array_equal(result.todense(), expected)
 
 
+@pytest.mark.parametrize("module_store_kind", SHARDED_SLOW, indirect=True)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
@@ -91,6 +92,7 @@ def test_every_indexer_reads_numpys_outer_indexing_through_every_layout(
             check(reader.read(key, axis=axis), expected)
 
 
+@pytest.mark.parametrize("module_store_kind", SHARDED_SLOW, indirect=True)
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_a_key_shorter_than_the_rank_or_with_an_ellipsis_selects_the_rest_whole(

@@ -21,7 +21,7 @@ from zarr.storage import LocalStore
 import sporadik_dask as sd
 from sporadik_dask.read.dask_model import EXPRESSIONS, source_of
 from sporadik_dask.read.window import SporadikArray
-from tests.helpers import RecordingStore, open_dataset, random_dense
+from tests.helpers import SHARDED_SLOW, RecordingStore, open_dataset, random_dense
 from tests.read.test_indexing import Written, indexers
 from tests.read.test_indexing import stores as stores  # rank 2 to 4, on every store kind
 
@@ -58,6 +58,7 @@ def dense_of(result: Any) -> npt.NDArray[Any]:
     return result.todense() if hasattr(result, "todense") else np.asarray(result)
 
 
+@pytest.mark.parametrize("module_store_kind", SHARDED_SLOW, indirect=True)
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_any_key_numpy_takes_gives_numpys_values_dtype_and_shape(

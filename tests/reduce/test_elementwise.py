@@ -43,7 +43,20 @@ CHAINS: dict[str, Chain] = {
     "(X * 3.7).astype(int32) / 2": lambda x: (x * 3.7).astype(np.int32) / 2,
     "(X > 2).astype(float32)": lambda x: (x > 2).astype(np.float32),
     "log1p(expm1(log1p(X)))": lambda x: np.log1p(np.expm1(np.log1p(x))),
+    **{
+        "xr.where(X > 2, X, 0)": lambda x: xr.where(x > 2, x, 0),
+        "X.where(X > 1.5, 0) * 2": lambda x: x.where(x > 1.5, 0) * 2,
+        "log1p(xr.where(X > 3, X / X.sum('gene'), 0))": lambda x: np.log1p(
+            xr.where(x > 3, x / x.sum("gene"), 0)
+        ),
+        "xr.where(X > X.mean('cell'), log1p(X), X / 2)": lambda x: xr.where(
+            x > x.mean("cell"), np.log1p(x), x / 2
+        ),
+    },
 }
+
+#: ``where`` chains: each is applied in the pass (a few of :data:`CHAINS`, run unmarked).
+WHERE = [name for name in CHAINS if "where" in name]
 
 REDUCTIONS: dict[str, Chain] = {
     "sum('cell')": lambda x: x.sum("cell"),
@@ -167,8 +180,25 @@ def test_dividing_by_a_total_of_zero_is_refused_not_miscounted(tmp_path: Path, m
     np.testing.assert_allclose(steps.mean().values, expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+@pytest.mark.parametrize("chain", WHERE)
+def test_a_where_of_steps_of_the_store_is_applied_in_the_pass_and_equals_numpy(
+    store: tuple[Path, npt.NDArray[Any]], chain: str, mode: str
+) -> None:
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
+    steps = CHAINS[chain](x)
+    for name in ("sum('cell')", "var('cell')", "max('gene')"):
+        result = REDUCTIONS[name](steps)
+        _one_pass(result, steps)
+        expected = _expected(dense, CHAINS[chain], REDUCTIONS[name])
+        np.testing.assert_allclose(result.values, expected, rtol=1e-12, err_msg=name)
+
+
 FILLING: dict[str, Chain] = {
     "X + 1": lambda x: x + 1,
+    "X.where(X > 1) (NaN elsewhere)": lambda x: x.where(x > 1),
+    "xr.where(X > 1, X, 5)": lambda x: xr.where(x > 1, x, 5),
     "exp(X)": np.exp,
     "X / X.sum('gene') + 1": lambda x: x / x.sum("gene") + 1,
 }
@@ -244,6 +274,7 @@ def test_the_numbers_of_scanpys_seurat_gene_selection_come_from_one_pass_each(
     np.testing.assert_allclose(dispersions, hvg["dispersions"], rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:The specified chunks separate")
 def test_a_cluster_applies_the_steps_in_its_workers_and_equals_numpy(
     store: tuple[Path, npt.NDArray[Any]], client: Any

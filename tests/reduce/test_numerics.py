@@ -388,7 +388,7 @@ STEPS_EXPRESSIONS_LACK = {
     "x + 1": "float32 and int32 arrays with a Python scalar are promoted to 64 bits (not NEP 50)",
     "x * 2": "float32 and int32 arrays with a Python scalar are promoted to 64 bits (not NEP 50)",
     "where > 0": "xarray's where takes numpy's result_type of the dask array, which it lacks",
-    "normalized": "operands of unlike chunks (a reduction is one block) fail to align",
+    "normalized": "float32 and int32 arrays times a Python scalar are promoted to 64 bits",
 }
 
 

@@ -148,6 +148,9 @@ def test_a_store_written_before_non_dimension_coordinates_still_opens(tmp_path: 
     coords.create_array("gene", shape=(4,), dtype=str, overwrite=True)[:] = np.array(list("wxyz"))
     coords.create_array("cell", data=np.arange(20, 26), overwrite=True)
     assert root["coords/cell"].metadata.dimension_names is None  # type: ignore[union-attr]
+    labels = dict(root.attrs["xarray"])  # type: ignore[arg-type]
+    del labels["ranges"]  # an arange was stored as an array, like any coordinate
+    root.attrs["xarray"] = {**labels, "coords": ["cell", "gene"]}
     opened = xr.open_dataarray(tmp_path / "s.zarr", engine="sporadik")
     assert list(opened["gene"].values) == list("wxyz") and opened["cell"].dims == ("cell",)
     np.testing.assert_array_equal(opened.sel(cell=[25, 20]).data.todense(), dense[[5, 0]])
@@ -186,3 +189,85 @@ def test_a_coordinate_that_cannot_come_back_as_it_was_is_refused_by_name(
     with pytest.raises(sd.LayoutError, match=message):
         sd.to_sporadik(array, tmp_path / "s.zarr")
     assert not (tmp_path / "s.zarr").exists()
+
+
+def _ranges() -> dict[str, Any]:
+    from xarray.indexes import RangeIndex
+
+    return {
+        "xarray's RangeIndex of floats": xr.Coordinates.from_xindex(
+            RangeIndex.arange(0.5, 5.5, 0.5, dim="pos")
+        ),
+        "xarray's RangeIndex of int64": xr.Coordinates.from_xindex(
+            RangeIndex.arange(0, 20, 2, dim="pos", dtype=np.dtype("int64"))
+        ),
+        "a pandas RangeIndex": {"pos": pd.RangeIndex(100, 0, -10)},
+        "an int64 arange": {"pos": np.arange(1_000, 1_010)},
+    }
+
+
+def _computed(array: xr.DataArray) -> Any:
+    data = array.data
+    return (data.compute() if hasattr(data, "dask") else data).todense()
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "chunks={}"])
+@pytest.mark.parametrize("case", list(_ranges()))
+def test_a_range_coordinate_is_stored_as_its_formula_and_selects_as_xarray_does(
+    tmp_path: Path, case: str, chunks: Any
+) -> None:
+    from xarray.indexes import RangeIndex
+
+    dense = random_dense(np.random.default_rng(3), (4, 10), 0.5)
+    array = xr.DataArray(dense, dims=("sample", "pos"), name="calls").assign_coords(_ranges()[case])
+    array["pos"].attrs["units"] = "bp"
+    sd.to_sporadik(array.copy(data=sparse.COO.from_numpy(dense)), tmp_path / "s.zarr")
+    assert not (tmp_path / "s.zarr" / "coords").exists()  # no node: the formula is in zarr.json
+    opened = xr.open_dataarray(tmp_path / "s.zarr", engine="sporadik", chunks=chunks)
+    index = opened.xindexes["pos"]
+    if case.startswith("xarray"):
+        assert isinstance(index, RangeIndex)
+    else:  # a pandas RangeIndex, an arange's too: no array of the values, exact labels
+        assert isinstance(index.to_pandas_index(), pd.RangeIndex)
+    xr.testing.assert_identical(opened["pos"], array["pos"])
+    method = "nearest" if isinstance(index, RangeIndex) else None  # xarray's RangeIndex asks it
+    low, high = array["pos"].values[[2, 6]]
+    for key in (slice(low, high), [high, low], high):
+        want = array.sel(pos=key, method=method)
+        got = opened.sel(pos=key, method=method)
+        np.testing.assert_array_equal(_computed(got), want.values)
+        xr.testing.assert_identical(got["pos"], want["pos"])
+
+
+def test_the_reference_reads_a_store_whose_coordinate_is_a_range(tmp_path: Path) -> None:
+    import sporadik
+
+    dense = random_dense(np.random.default_rng(4), (3, 10), 0.5)
+    array = xr.DataArray(
+        sparse.COO.from_numpy(dense), dims=("sample", "pos"), coords={"pos": pd.RangeIndex(1, 11)}
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    with sporadik.open_store(tmp_path / "s.zarr", axis=0) as reader:
+        for sample in range(3):
+            (positions,), values = reader.coords_at(sample)
+            np.testing.assert_array_equal(values, dense[sample, positions])
+            assert np.count_nonzero(dense[sample]) == positions.size
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"step": 0}, {"index": "polars"}, {"dims": ["chromosome"]}, {"dtype": "nope"}, {"size": 9}],
+)
+def test_a_range_that_is_not_a_formula_is_refused_by_name(
+    tmp_path: Path, change: dict[str, Any]
+) -> None:
+    array = xr.DataArray(
+        sparse.COO.from_numpy(np.eye(3, 10)), dims=("sample", "pos"), coords={"pos": range(10)}
+    )
+    sd.to_sporadik(array, tmp_path / "s.zarr")
+    root = zarr.open_group(tmp_path / "s.zarr", mode="r+")
+    labels: Any = root.attrs["xarray"]
+    labels["ranges"]["pos"].update(change)
+    root.attrs["xarray"] = labels
+    with pytest.raises(sd.SporadikError, match="the range stored for coordinate 'pos'"):
+        xr.open_dataarray(tmp_path / "s.zarr", engine="sporadik")

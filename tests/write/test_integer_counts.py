@@ -142,6 +142,7 @@ def test_a_named_integer_dtype_is_used_when_it_holds_every_value_and_refused_whe
         sd.to_sporadik(dense, tmp_path / "float.zarr", dtype="float16")
 
 
+@pytest.mark.slow
 def test_on_a_cluster_the_workers_find_the_range_and_a_stray_on_one_refuses_the_write(
     tmp_path: Path, cluster: LocalCluster
 ) -> None:
