@@ -956,7 +956,7 @@ def test_coordinate_columns_are_read_once(tmp_path: Path) -> None:
     log = tmp_path / "reads"
     dense = random_dense(np.random.default_rng(51), (40, 30), 0.2)
     values, columns = _columns(dense, (20, 15))
-    logged = values.map_blocks(_logged_chunk, str(log), dtype=values.dtype)
+    logged = da.map_blocks(_logged_chunk, values, str(log), dtype=values.dtype)
     sd.to_sporadik((logged, columns), tmp_path / "s.zarr", shape=dense.shape)
     assert reads_logged(log) == list(range(len(values.chunks[0])))
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
