@@ -11,6 +11,7 @@ and that process's peak RSS (``VmHWM``, the matrix in memory included for ``scip
 - ``decode``: zarr decoding the cell layout's ``data`` array alone (the floor of any pass);
 - ``sum``: ``X.sum("gene")``, a plain pass;
 - ``detected``: ``(X > 0).sum("gene")``, genes detected per cell;
+- ``where``: ``xr.where(X > 1, X, 0).sum("gene")``, the counts above 1 per cell;
 - ``normalize-log1p-mean-var``: ``Y = np.log1p(X / X.sum("gene") * 1e4)``, then ``Y.mean("cell")``
   and ``Y.var("cell")`` (what highly-variable-gene selection needs).
 
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-STEPS = ["decode", "sum", "detected", "normalize-log1p-mean-var"]
+STEPS = ["decode", "sum", "detected", "where", "normalize-log1p-mean-var"]
 ROUTES = ["lazy", "chunks={}", "scipy", "scanpy"]
 
 
@@ -65,6 +66,8 @@ def _sporadik_step(step: str, store: Path, chunks: Any) -> Any:
         return x.sum("gene").values
     if step == "detected":
         return (x > 0).sum("gene").values
+    if step == "where":
+        return xr.where(x > 1, x, 0).sum("gene").values
     y = np.log1p(x / x.sum("gene") * 1e4)
     return np.stack([y.mean("cell").values, y.var("cell").values])
 
@@ -76,6 +79,8 @@ def _scipy_step(step: str, csr: Any) -> Any:
         return np.asarray(csr.sum(axis=1)).ravel()
     if step == "detected":
         return np.asarray((csr > 0).sum(axis=1)).ravel()
+    if step == "where":
+        return np.asarray(csr.multiply(csr > 1).sum(axis=1)).ravel()
     totals = np.asarray(csr.sum(axis=1)).ravel()
     y = csr.multiply((1e4 / totals)[:, None].astype(np.float32)).tocsr()
     y.data = np.log1p(y.data)
@@ -98,6 +103,8 @@ def _scanpy_step(step: str, csr: Any) -> Any:
     if step == "detected":
         qc = sc.pp.calculate_qc_metrics(adata, percent_top=None, log1p=False, inplace=False)
         return qc[0]["n_genes_by_counts"].values
+    if step == "where":
+        return _scipy_step(step, adata.X)
     sc.pp.normalize_total(adata, target_sum=1e4)
     sc.pp.log1p(adata)
     mean, var = _get_mean_var(adata.X)

@@ -37,16 +37,21 @@ __all__ = ["CoMoments", "Components", "Read", "pca"]
 MERGE_FAN_IN = 2
 
 #: Values a span of cells (one CSR part) holds at most: its indices, values and coordinates,
-#: about 40 bytes a value, while its pairs add into its piece's Gram matrix.
+#: about 40 bytes a value (20 MB), while its pairs add into its piece's Gram matrix. Spans no
+#: longer cost a genes-by-genes matrix each, so they were made 4 times shorter than the 2**21
+#: before; 16 zarr chunks of the benchmark's store (not tuned further).
 SPAN_VALUES = 2**19
 
 #: Spans a piece (one task, one Gram matrix) adds up at most; pieces are at least one a core.
+#: A piece's own cost is a few passes over its packed matrix (zeroed, centered, merged; an
+#: outer product added 0.01 s at 2,000 genes, profiled), against 0.02 s of pairs a span of the
+#: benchmark's (not tuned further).
 PIECE_SPANS = 64
 
 #: Values of the selected genes the first pass holds for the projection (in CSR, about 8 bytes
 #: a value: 64 MB), each piece its share; a piece holding more is read again when projected. At
-#: 23 M values, 2,000 of 10,000 genes selected held 4.5 M, and the second read cost 0.65 of
-#: the PCA's 2.8 CPU seconds.
+#: 23 M values, 2,000 of 10,000 genes selected held 4.5 M, and the second read cost 0.5 CPU
+#: seconds of the 1.85 that PCA took (docs/benchmarks.md).
 HELD_VALUES = 2**23
 
 #: The top components come from ARPACK when the genes are at least this many times as many:
@@ -65,7 +70,8 @@ class CoMoments(NamedTuple):
     cells: int
     #: Mean per gene, float64.
     mean: npt.NDArray[np.float64]
-    #: Sum over cells of the outer product of each cell's deviation from ``mean``, float64.
+    #: Sum over cells of the outer product of each cell's deviation from ``mean``, float64, its
+    #: upper triangle packed row by row (:mod:`sporadik_dask.kernels.gram`).
     m2: npt.NDArray[np.float64]
 
 
