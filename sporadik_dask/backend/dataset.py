@@ -18,7 +18,6 @@ from sporadik_dask.backend import patches
 from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
-from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.read import StoreReader
 from sporadik_dask.store.as_opened import check_as_opened
 from sporadik_dask.store.describe import open_store
@@ -47,7 +46,7 @@ def open_store_dataset(
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
     dropped = {str(name) for name in drop_variables or ()}
-    labels = read_labels(opened.root, len(reader.shape), reader.location, skip=dropped)
+    labels = read_labels(opened.root, reader.shape, reader.location, skip=dropped)
     if labels.nodes():  # read from chunks after the root: of the store it described, or refused
         check_as_opened(opened)
     name = labels.name or _default_name(store)
@@ -64,7 +63,6 @@ def open_store_dataset(
     dataset = xr.Dataset(variables, coords=coords)
     for key, c in labels.coords.items():
         if isinstance(c.values, Range) and key not in dropped:
-            _check_length(key, c, dict(zip(labels.dims, reader.shape, strict=True)), reader)
             dataset = dataset.assign_coords(_range_coordinates(key, c))
     for key, coord in coords.items():
         if coord.ndim != 1 or coord.dims == (key,):
@@ -74,18 +72,6 @@ def open_store_dataset(
         else:
             dataset = dataset.set_xindex(key)
     return dataset
-
-
-def _check_length(
-    key: str, coordinate: Coordinate, sizes: dict[str, int], reader: StoreReader
-) -> None:
-    (dim,) = coordinate.dims
-    if coordinate.values.size != sizes[dim]:
-        raise SporadikError(
-            f"{reader.location}: the range stored for coordinate {key!r} holds "
-            f"{coordinate.values.size} labels along {dim!r}, which is {sizes[dim]} long, so "
-            "its labels would not match the positions. Rewrite the store."
-        )
 
 
 def _range_coordinates(key: str, coordinate: Coordinate) -> xr.Coordinates:

@@ -125,7 +125,7 @@ class Minibatches:
             raise SporadikError(f"prefetch={prefetch}; windows read ahead cannot be negative.")
         opened = open_store(store, storage_options=storage_options)
         self.reader = StoreReader.from_opened(opened)
-        found = read_labels(opened.root, self.reader.ndim, self.reader.location)
+        found = read_labels(opened.root, self.reader.shape, self.reader.location)
         self.axis = _axis_number(axis, found.dims, self.reader)
         layout = self.reader.description.layouts[self.axis]
         self.positions = selected_positions(subset, layout.positions)

@@ -230,7 +230,7 @@ def validate_coords(opened: OpenedStore, absent: Absent) -> None:
     description, root = opened.description, opened.group
     where = description.location
     try:
-        labels = read_labels(opened.root, description.rank, where)
+        labels = read_labels(opened.root, description.shape, where)
     except SporadikError:
         raise
     except Exception as failed:  # a cut chunk, categories that do not decode
@@ -239,7 +239,7 @@ def validate_coords(opened: OpenedStore, absent: Absent) -> None:
             "xarray would refuse to open the store, or give wrong labels. Write the store again "
             "from its source."
         ) from failed
-    if not labels.coords:
+    if not labels.nodes():  # none, or ranges alone: formulas in the root document, no chunks
         return
     coords = root[COORDS_GROUP]
     assert isinstance(coords, zarr.Group)  # read just now

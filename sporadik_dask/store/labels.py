@@ -403,14 +403,18 @@ def _write_array(
             group.create_array(name, data=values, dimension_names=dims, attributes=attributes)
 
 
-def read_labels(root: AsyncGroup, rank: int, location: str, skip: Collection[str] = ()) -> Labels:
-    """The labels stored at ``root``, or unnamed ``dim_k`` dims where none are stored.
+def read_labels(
+    root: AsyncGroup, shape: tuple[int, ...], location: str, skip: Collection[str] = ()
+) -> Labels:
+    """The labels stored at ``root`` (of an array of ``shape``), or unnamed ``dim_k`` dims where
+    none are stored.
 
     Reads the coordinates' nodes only, all at once (one round of requests on an object store),
     but those named in ``skip``: a coordinate along a genome's positions is 8 bytes a position.
     """
     from sporadik_dask.store.storage import run
 
+    rank = len(shape)
     stored: dict[str, Any] = dict(root.attrs).get(LABELS_KEY) or {}
     dims = tuple(stored.get("dims") or (f"dim_{axis}" for axis in range(rank)))
     if len(dims) != rank:
@@ -423,26 +427,27 @@ def read_labels(root: AsyncGroup, rank: int, location: str, skip: Collection[str
     coords = dict(zip(names, coordinates, strict=True))
     for name, formula in (stored.get(RANGES_KEY) or {}).items():
         if name not in skip:
-            coords[name] = _read_range(name, formula, dims, location)
+            coords[name] = _read_range(name, formula, dict(zip(dims, shape, strict=True)), location)
     return Labels(stored.get("name"), dims, stored.get("attrs", {}), coords)
 
 
-def _read_range(name: str, formula: Any, dims: tuple[str, ...], location: str) -> Coordinate:
-    """A coordinate stored as its formula, refused if the formula is not one."""
+def _read_range(name: str, formula: Any, sizes: dict[str, int], location: str) -> Coordinate:
+    """A coordinate stored as its formula, refused if the formula is not one, or not one label
+    a position of its dim."""
     try:
         (dim,) = formula["dims"]
         values = Range(*(formula[k] for k in ("start", "step", "size", "dtype", "index")))
         np.dtype(values.dtype)
         exact = values.index == "xarray" or {type(values.start), type(values.step)} == {int}
         known = values.index in ("pandas", "xarray") and exact and values.step != 0
-        known = known and isinstance(values.size, int) and values.size >= 0
+        known = known and values.size == sizes.get(dim)
     except (KeyError, TypeError, ValueError):
         known = False
-    if not known or dim not in dims:
+    if not known:
         raise SporadikError(
             f"{location}: the range stored for coordinate {name!r} ({formula!r}) is not a "
-            f"start, step, size, dtype and index along one of the dims {dims}, so its labels "
-            "cannot be made. Rewrite the store."
+            "start, step, size, dtype and index giving one label a position of one of the dims "
+            f"{sizes}, so its labels cannot be made. Rewrite the store."
         )
     return Coordinate((dim,), values, formula.get(ATTRS_KEY, {}))
 

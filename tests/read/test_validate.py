@@ -271,3 +271,18 @@ def test_maxima_the_reference_writes_as_a_negative_minimum_read_as_its_magnitude
         np.testing.assert_array_equal(sd.StoreReader(path).maxima(axis).astype(object), expected)
         accessor = opened.sporadik.maxima(f"dim_{axis}")
         np.testing.assert_array_equal(accessor.values.astype(object), expected)
+
+
+def test_a_store_whose_only_coordinate_is_a_range_validates(tmp_path: Path) -> None:
+    import pandas as pd
+    import sparse
+    import xarray as xr
+
+    counts = xr.DataArray(
+        sparse.COO.from_numpy(np.eye(6, 3, dtype=np.float32)),
+        dims=("cell", "gene"),
+        coords={"cell": pd.RangeIndex(6)},
+    )
+    sd.to_sporadik(counts, tmp_path / "s.zarr")
+    assert not (tmp_path / "s.zarr/coords").exists()  # a range is its formula, not a node
+    assert sd.validate(tmp_path / "s.zarr").nnz == 3

@@ -271,3 +271,5 @@ def test_a_range_that_is_not_a_formula_is_refused_by_name(
     root.attrs["xarray"] = labels
     with pytest.raises(sd.SporadikError, match="the range stored for coordinate 'pos'"):
         xr.open_dataarray(tmp_path / "s.zarr", engine="sporadik")
+    with pytest.raises(sd.SporadikError, match="the range stored for coordinate 'pos'"):
+        sd.validate(tmp_path / "s.zarr")
