@@ -183,8 +183,9 @@ class Outer(NamedTuple):
     """A lazily opened variable as an outer selection of its store."""
 
     backend: SporadikBackendArray
-    #: The positions selected along each store axis.
-    positions: tuple[npt.NDArray[np.int64], ...]
+    #: The positions selected along each store axis: a ``range`` for a slice or the whole axis
+    #: (an array of a genome's positions would be 8 bytes a position), else an int64 array.
+    positions: tuple[range | npt.NDArray[np.int64], ...]
     #: For each of the variable's axes, the store axis it is.
     axes: tuple[int, ...]
 
@@ -192,6 +193,8 @@ class Outer(NamedTuple):
         """Whether every position along store ``axis`` is selected once, in order."""
         size = self.backend.shape[axis]
         got = self.positions[axis]
+        if isinstance(got, range):
+            return got == range(size)
         return got.size == size and bool(np.all(got == np.arange(size)))
 
 
@@ -205,8 +208,7 @@ def outer_selection(data: Any) -> Outer | None:
     ):
         data = getattr(data, "array", None)
     if isinstance(data, SporadikBackendArray):
-        whole = tuple(np.arange(size, dtype=np.int64) for size in data.shape)
-        return Outer(data, whole, tuple(range(data.ndim)))
+        return Outer(data, tuple(range(size) for size in data.shape), tuple(range(data.ndim)))
     if data is None or not isinstance(data.array, SporadikBackendArray):
         return None
     backend, key = data.array, data.key
@@ -219,9 +221,7 @@ def outer_selection(data: Any) -> Outer | None:
     if any(isinstance(part, (int, np.integer)) for part in key.tuple):
         return None
     positions = tuple(
-        np.arange(size, dtype=np.int64)[part]
-        if isinstance(part, slice)
-        else np.asarray(part, dtype=np.int64)
+        range(size)[part] if isinstance(part, slice) else np.asarray(part, dtype=np.int64)
         for part, size in zip(key.tuple, backend.shape, strict=True)
     )
     return Outer(backend, positions, tuple(range(backend.ndim)))

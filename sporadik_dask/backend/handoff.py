@@ -74,7 +74,8 @@ def _selected(held: Any) -> tuple[Any, tuple[Any, Any], tuple[int, int]] | None:
         outer = outer_selection(held)
         if outer is None:
             return None
-        reader, positions, axes = outer.backend.reader, outer.positions, outer.axes
+        reader, axes = outer.backend.reader, outer.axes
+        positions = tuple(as_array(p) for p in outer.positions)
     if len(reader.shape) != 2 or not reader.description.layouts:
         return None
     return reader, (positions[0], positions[1]), (axes[0], axes[1])

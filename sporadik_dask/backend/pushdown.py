@@ -253,6 +253,7 @@ def _selection_reduced(
        position, dropped from the result.
     """
     from sporadik_dask.backend.array import outer_selection
+    from sporadik_dask.read.selection import as_array
     from sporadik_dask.reduce.store import reduce_store
     from sporadik_dask.reduce.target import Grouping, Target
 
@@ -269,7 +270,7 @@ def _selection_reduced(
     shape = outer.backend.shape
     reader = outer.backend.reader
     small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
-    share = math.prod(outer.positions[a].size / max(shape[a], 1) for a in along)
+    share = math.prod(len(outer.positions[a]) / max(shape[a], 1) for a in along)
     if reader.description.nnz * share < small:
         return None
     if len(along) > 1:  # one axis grouped in the pass, the others picked from its fields
@@ -277,10 +278,10 @@ def _selection_reduced(
 
         if not dense:
             return None
-        chosen = [p if a in along else None for a, p in enumerate(outer.positions)]
+        chosen = [as_array(p) if a in along else None for a, p in enumerate(outer.positions)]
         return reduce_selection(reader, chosen, target, op, skipna=skipna, ddof=ddof)
     (axis,) = along
-    positions = outer.positions[axis]
+    positions = as_array(outer.positions[axis])
     if np.unique(positions).size != positions.size:
         return None
     codes = np.full(shape[axis], -1, dtype=np.int64)
@@ -320,13 +321,13 @@ def _window_reduced(
         return None
     reader = source.reader
     pairs = list(zip(source.positions, reader.shape, strict=True))
+    small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
+    if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
+        return None  # before any position is made an array: a region of a genome is a range
     chosen = [
         None if isinstance(p, range) and p == range(n) else np.asarray(p, dtype=np.int64)
         for p, n in pairs
     ]
-    small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
-    if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
-        return None
     return reduce_selection_dask(reader, chosen, target, op, skipna=skipna, ddof=ddof)
 
 

@@ -143,6 +143,48 @@ def test_a_selection_of_a_genome_length_axis_reads_its_values_without_an_array_o
     assert peak < PEAK_BYTES
 
 
+#: Reductions of a selection, and what they give from the stored values alone.
+_IN_REGION = (POSITIONS >= 2**31) & (POSITIONS < 2**32 + 2)
+REDUCTIONS: dict[str, tuple[Callable[[Any], Any], Any]] = {
+    "a region's sum": (
+        lambda x: x.isel(pos=slice(2**31, 2**32 + 2)).sum(),
+        int(VALUES[_IN_REGION].sum()),
+    ),
+    "a region's sum per sample": (
+        lambda x: x.isel(pos=slice(2**31, 2**32 + 2)).sum("pos"),
+        np.bincount(ROWS[_IN_REGION], VALUES[_IN_REGION], minlength=SAMPLES),
+    ),
+    "a list of samples' sum per position": (
+        lambda x: x.isel(sample=[1]).sum("sample"),
+        {(int(p),): int(v) for p, v in zip(POSITIONS[ROWS == 1], VALUES[ROWS == 1], strict=True)},
+    ),
+}
+
+
+@pytest.mark.parametrize("how", ["lazy", "chunks={}"])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_a_reduction_of_a_selection_of_a_genome_length_axis_makes_no_array_of_the_axis(
+    store: Path, how: str, name: str
+) -> None:
+    """A lazily opened variable's selection is held as ranges where it slices: a reduction of
+    it (pushed down, or read then reduced) costs what the selection holds."""
+    reduce, want = REDUCTIONS[name]
+    array = opened(store, how)
+    tracemalloc.start()
+    try:
+        with dask.config.set(scheduler="synchronous"):
+            result = reduce(array)
+            got = result.data.compute() if hasattr(result.data, "dask") else result.data
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    if isinstance(want, dict):
+        assert cells(got) == want
+    else:
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert peak < PEAK_BYTES
+
+
 #: Cells named one by one: past 2**31, at the axis's end, at positions holding no value.
 POINTS = (np.array([0, 1, 1, 0, 1]), np.array([LENGTH - 1, 3_000_000_000, 4, 5, 2**32 + 1]))
 
