@@ -388,15 +388,12 @@ def logged_input(log: Path, blocks: int) -> Any:
     import dask.array as da
     import sparse
 
+    from sporadik_dask.read.dask_model import from_delayed  # dask's own, in either array model
+
     meta = sparse.COO.from_numpy(np.zeros((0, 0)))
     return da.concatenate(
         [
-            da.from_delayed(
-                dask.delayed(_logged_block, pure=True)(str(log), b),
-                LOGGED_BLOCK,
-                dtype=np.float64,
-                meta=meta,
-            )
+            from_delayed(dask.delayed(_logged_block, pure=True)(str(log), b), LOGGED_BLOCK, meta)
             for b in range(blocks)
         ]
     )
