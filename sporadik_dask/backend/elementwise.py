@@ -12,9 +12,10 @@ of it then reads the store once and applies the steps to each batch of values
 (:class:`~sporadik_dask.reduce.elementwise.Transformed`). Anything else done to the array (a
 selection, a transpose) gives an array without the record, reduced block by block as before.
 
-An operator or ufunc of a lazily opened variable would read the whole store into memory first
-(xarray takes ``variable.data``): the whole, unread store's variable is handed to it as its dask
-read instead, so ``X * 2`` is lazy and its reductions are one pass too.
+An operator or ufunc of a lazily opened variable would read it into memory first (xarray takes
+``variable.data``): the variable, the whole store or a selection of it, not read yet, is handed
+to it as its dask read instead, so ``X * 2`` is lazy and its reductions are one pass too (of a
+selection: its blocks, reduced as under ``chunks=``).
 """
 
 from __future__ import annotations
@@ -271,8 +272,8 @@ def chunking_unary(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _as_read(variable: Any) -> Any:
-    """A lazily opened store's whole variable, not read yet, as a variable of its dask read in
-    the blocks it prefers; anything else as it is."""
+    """A lazily opened store's variable (whole or a selection), not read yet, as a variable of
+    its dask read in the blocks it prefers; anything else as it is."""
     import dask
     from xarray import Variable
     from xarray.namedarray.utils import is_duck_array
@@ -284,6 +285,6 @@ def _as_read(variable: Any) -> Any:
     if not dask.config.get("sporadik.pushdown", True):
         return variable
     beneath = backend_under(variable._data)
-    if beneath.backend is None or not beneath.whole:
+    if beneath.backend is None:
         return variable
     return variable.chunk("auto")

@@ -181,6 +181,29 @@ def test_dividing_by_a_total_of_zero_is_refused_not_miscounted(tmp_path: Path, m
 
 
 @pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+def test_a_step_of_a_lazily_opened_selection_reduces_as_numpy_in_every_mode(
+    store: tuple[Path, npt.NDArray[Any]], mode: str
+) -> None:
+    """A selection, then a step, then a reduction: lazily as under ``chunks={}`` (the
+    selection is its dask read before the step, where it was read into one ``sparse.COO``,
+    whose ``nanvar`` does not exist and whose mean is a ``sparse.COO``)."""
+    path, dense = store
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
+    keep = np.arange(dense.shape[0]) % 3 != 0
+    chains: dict[str, Chain] = {
+        "var": lambda v: (v.isel(cell=keep) * 2).var("cell"),
+        "mean": lambda v: (v.isel(cell=keep, gene=slice(2, 9)) * 2).mean("cell"),
+        "log1p sum": lambda v: cast(xr.DataArray, np.log1p(v.isel(cell=keep))).sum("cell"),
+    }
+    for name, chain in chains.items():
+        result = chain(x)
+        expected = chain(xr.DataArray(dense, dims=("cell", "gene"))).values
+        got = result.values
+        assert isinstance(got, np.ndarray) and got.dtype == expected.dtype, name
+        np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
 @pytest.mark.parametrize("chain", WHERE)
 def test_a_where_of_steps_of_the_store_is_applied_in_the_pass_and_equals_numpy(
     store: tuple[Path, npt.NDArray[Any]], chain: str, mode: str
