@@ -154,6 +154,8 @@ def _compared(store: Path, step: str, route: str) -> str:
 
     if route == "scanpy":
         return "-"
+    if not store.with_suffix(f".{step}.scanpy.npy").exists():
+        return "no answer from scanpy to compare"
     got, expected = load(route), load("scanpy")
     said = f"{int(np.sum(got['hvg'] != expected['hvg']))} genes differ"
     if "ratio" in got:
