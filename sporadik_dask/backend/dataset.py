@@ -49,7 +49,7 @@ def open_store_dataset(
     labels = read_labels(opened.root, reader.shape, reader.location, skip=dropped)
     if labels.nodes():  # read from chunks after the root: of the store it described, or refused
         check_as_opened(opened)
-    name = labels.name or _default_name(store)
+    name = labels.name or _default_name(store, taken={*labels.dims, *labels.coords})
     data = BoundedLazyArray(SporadikBackendArray(reader))
     variable = xr.Variable(labels.dims, data, attrs=labels.attrs)
     variable.encoding["preferred_chunks"] = preferred_chunks(reader.description, labels.dims)
@@ -101,8 +101,13 @@ def _categorical_index(key: str, coord: xr.Variable) -> xr.Coordinates:
     return xr.Coordinates(variables, indexes=dict.fromkeys(variables, index))
 
 
-def _default_name(store: StoreLike) -> str:
+def _default_name(store: StoreLike, taken: set[str]) -> str:
+    """An unnamed array's name: its store's, unless a dim or coordinate is called so (xarray
+    would then take the data for that coordinate, and the Dataset would hold no variable)."""
+    stem = "data"
     if isinstance(store, (str, os.PathLike)):
-        stem = Path(os.fspath(store).rstrip("/")).name
-        return stem.removesuffix(".zarr") or "data"
-    return "data"
+        stem = Path(os.fspath(store).rstrip("/")).name.removesuffix(".zarr") or "data"
+    name = stem if stem not in taken else "data"
+    while name in taken:
+        name = f"{name}_"
+    return name

@@ -80,6 +80,20 @@ def test_string_coordinates_come_back_as_numpy_str_that_np_save_takes(tmp_path: 
     np.testing.assert_array_equal(np.load(saved), genes)  # no pickle needed to load them
 
 
+@pytest.mark.parametrize("store", ["s.zarr", "data.zarr"])
+def test_an_unnamed_array_is_not_named_as_one_of_its_dims(tmp_path: Path, store: str) -> None:
+    """The store's name names an unnamed array, unless a dim is called so: xarray would take
+    the data for that dim's coordinate, and the Dataset would hold no variable."""
+    dense = random_dense(np.random.default_rng(3), (6, 4), 0.5)
+    dims = ("s", "data")
+    sd.to_sporadik(xr.DataArray(sparse.COO.from_numpy(dense), dims=dims), tmp_path / store)
+    ds = xr.open_dataset(tmp_path / store, engine="sporadik")
+    (name,) = ds.data_vars
+    assert name not in dims
+    assert ds[name].dims == dims
+    np.testing.assert_array_equal(ds[name].data.todense(), dense)
+
+
 def test_numeric_coordinates_keep_their_dtype(tmp_path: Path) -> None:
     sd.to_sporadik(labelled(sparse.COO.from_numpy(np.eye(6, 4))), tmp_path / "s.zarr")
     cells = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik").coords["cell"].values
