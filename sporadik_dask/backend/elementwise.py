@@ -77,9 +77,52 @@ def recording(original: Callable[..., Any]) -> Callable[..., Any]:
         found = _record(op, args, kwargs, result)
         if found is not None:
             result.__dict__[RECORD] = found
+        elif ufunc_of(op) is not None and any(map(_of_a_read, args)):
+            result = original(AbsentCellsSaid(op), *args, **kwargs)
         return result
 
     return elemwise
+
+
+def _of_a_read(arg: Any) -> bool:
+    from sporadik_dask.backend.ours import is_read_dask
+
+    return is_read_dask(arg)
+
+
+class AbsentCellsSaid:
+    """``op`` of blocks read from a store, with ``sparse``'s refusal of a step whose absent
+    cells would differ along a vector (a division by a total of 0 gives NaN in that cell's
+    row, 0 elsewhere) raised as :class:`AbsentCellsError`, with what to do: a step left to the
+    blocks (not recorded: of a selection, say) would otherwise fail with ``sparse``'s words."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.op(*args, **kwargs)
+        except ValueError as error:
+            if "mixed sparse-dense" not in str(error):
+                raise
+            name = getattr(self.op, "__name__", repr(self.op))
+            raise AbsentCellsError(
+                f"The elementwise step {name} gives the absent cells of a store's read values "
+                "that differ along a vector (a division by a total of 0 gives NaN in an empty "
+                "cell's row, 0 elsewhere): no sparse block can hold them. Divide by "
+                "total.where(total > 0, 1) to leave empty cells at 0, as scanpy's "
+                "normalize_total does, or select the cells with values first."
+            ) from error
+
+    def __dask_tokenize__(self) -> Any:
+        from dask.base import tokenize
+
+        return (type(self).__name__, tokenize(self.op))
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.op,))
 
 
 def recording_cast(original: Callable[..., Any]) -> Callable[..., Any]:

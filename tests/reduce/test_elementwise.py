@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import dask
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -201,6 +202,31 @@ def test_a_step_of_a_lazily_opened_selection_reduces_as_numpy_in_every_mode(
         got = result.values
         assert isinstance(got, np.ndarray) and got.dtype == expected.dtype, name
         np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
+def test_dividing_a_selection_by_a_total_of_zero_is_refused_with_the_advice(
+    tmp_path: Path, mode: str
+) -> None:
+    """A selection's steps are left to its blocks: a cell whose genes kept hold no value has a
+    total of 0, and ``sparse`` cannot hold its row of NaN; the refusal says what to do, and
+    doing it gives numpy's answer."""
+    dense = _dense(5)
+    dense[7, 3:8] = 0.0  # no value among the genes kept
+    path = _store(tmp_path / "s.zarr", dense)
+    x = xr.open_dataset(path, engine="sporadik", **MODES[mode])["x"]
+    with dask.config.set({"sporadik.selection-read-values": 0}):  # reduced, not read, first
+        picked = x.isel(gene=slice(3, 8))
+        total = picked.sum("gene")
+        with pytest.raises(AbsentCellsError, match=r"total.where\(total > 0, 1\)"):
+            _ = (picked / total * 1e4).mean("cell").values
+        got = (picked / total.where(total > 0, 1) * 1e4).mean("cell").values
+
+    def chain(v: xr.DataArray) -> xr.DataArray:
+        v = v.isel(gene=slice(3, 8))
+        return v / v.sum("gene").where(v.sum("gene") > 0, 1) * 1e4
+
+    np.testing.assert_allclose(got, _expected(dense, chain, lambda v: v.mean("cell")), rtol=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["lazy", "chunks={}"])
