@@ -228,12 +228,23 @@ def pushed_data(
         reduced = _selection_reduced(held, target, op, skipna=skipna, ddof=ddof, dense=dense)
         if reduced is not None:
             return reduced
-    # the selection, read once as a sparse.COO; or held in memory since a first reduction read
-    # it, reduced the same way so that a second reduction gives what the first did
-    selected = variable.data
+        # the selection read as a sparse.COO, not kept: the variable stays lazy, so a step of
+        # it after the reduction is of its dask read, as before it (X.isel(...) / total)
+        selected = _read_not_kept(held)
+    else:  # held in memory (loaded): reduced the same way, so both give the same
+        selected = variable.data
     if not hasattr(selected, "coords") or absent_value(selected) is not None:
         return None  # absent cells of another value (after X + 1): xarray's own path
     return reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
+
+
+def _read_not_kept(held: Any) -> Any:
+    """The values of a lazily opened variable's wrappers, read without filling xarray's
+    in-memory cache (``MemoryCachedArray`` keeps what it reads)."""
+    from xarray.core.indexing import MemoryCachedArray
+
+    inner = held.array if isinstance(held, MemoryCachedArray) else held
+    return inner.get_duck_array()
 
 
 def _selection_reduced(
