@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sporadik_dask.write.pieces import Piece
-from sporadik_dask.write.spill import SpillTo, directory_for, write_failed
+from sporadik_dask.write.spill import SpillTo, directory_for, write_file
 
 __all__ = [
     "KeptPiece",
@@ -91,15 +91,7 @@ def keep_piece(piece: Piece, keep_to: SpillTo | None) -> KeptPiece | None:
     narrow = coords.size == 0 or int(coords.max()) < 2**31
     coords = np.ascontiguousarray(coords, dtype=np.int32 if narrow else np.int64)
     data = np.ascontiguousarray(data)
-    path = os.path.join(directory, f"{uuid.uuid4().hex}.piece")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with open(path, "wb") as file:
-            if data.size:  # an empty piece's file is empty (no view of zero bytes casts)
-                file.write(coords.data.cast("B"))
-                file.write(data.data.cast("B"))
-    except OSError as failed:
-        raise write_failed(failed, directory, coords.nbytes + data.nbytes, "piece") from failed
+    path = write_file(directory, "piece", coords, data, "piece")
     return KeptPiece(path, coords.shape[0], data.shape[0], coords.dtype.str, data.dtype.str)
 
 

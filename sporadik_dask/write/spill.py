@@ -42,6 +42,7 @@ __all__ = [
     "remove",
     "shared_directory_for",
     "write_failed",
+    "write_file",
     "write_parts",
 ]
 
@@ -120,23 +121,31 @@ def write_parts(
 ) -> list[SpilledPart]:
     """Write a piece's sorted ``pairs`` and ``data`` to one new file; part ``p`` is
     ``edges[p]:edges[p + 1]``. A retried task writes a file of its own."""
-    path = os.path.join(directory, f"{uuid.uuid4().hex}.parts")
     pairs = np.ascontiguousarray(pairs)
     data = np.ascontiguousarray(data)
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with open(path, "wb") as file:
-            if data.size:  # an empty piece's file is empty (no view of zero bytes casts)
-                file.write(pairs.data.cast("B"))
-                file.write(data.data.cast("B"))
-    except OSError as failed:
-        size = pairs.nbytes + data.nbytes
-        raise write_failed(failed, directory, size, "shuffle parts") from failed
+    path = write_file(directory, "parts", pairs, data, "shuffle parts")
     length = data.shape[0]
     return [
         SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str)
         for lo, hi in itertools.pairwise(edges)
     ]
+
+
+def write_file(
+    directory: str, suffix: str, first: npt.NDArray[Any], data: npt.NDArray[Any], what: str
+) -> str:
+    """A new file in ``directory`` (made if missing) holding C-contiguous ``first`` then
+    ``data``, empty when ``data`` is; its path. A retried task writes a file of its own."""
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.{suffix}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "wb") as file:
+            if data.size:  # an empty piece's file is empty (no view of zero bytes casts)
+                file.write(first.data.cast("B"))
+                file.write(data.data.cast("B"))
+    except OSError as failed:
+        raise write_failed(failed, directory, first.nbytes + data.nbytes, what) from failed
+    return path
 
 
 def write_failed(failed: OSError, directory: str, size: int, what: str) -> OSError:
