@@ -73,12 +73,11 @@ def recording(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def elemwise(op: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(op, *args, **kwargs)
+        of_a_read = ufunc_of(op) is not None and any(map(_of_a_read, args))
+        result = original(AbsentCellsSaid(op) if of_a_read else op, *args, **kwargs)
         found = _record(op, args, kwargs, result)
         if found is not None:
             result.__dict__[RECORD] = found
-        elif ufunc_of(op) is not None and any(map(_of_a_read, args)):
-            result = original(AbsentCellsSaid(op), *args, **kwargs)
         return result
 
     return elemwise
