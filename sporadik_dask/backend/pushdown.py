@@ -264,7 +264,6 @@ def _selection_reduced(
        position, dropped from the result.
     """
     from sporadik_dask.backend.array import outer_selection
-    from sporadik_dask.read.selection import as_array
     from sporadik_dask.reduce.store import reduce_store
     from sporadik_dask.reduce.target import Grouping, Target
 
@@ -289,26 +288,24 @@ def _selection_reduced(
 
         if not dense:
             return None
-        chosen = [as_array(p) if a in along else None for a, p in enumerate(outer.positions)]
+        chosen = [p if a in along else None for a, p in enumerate(outer.positions)]
         return reduce_selection(reader, chosen, target, op, skipna=skipna, ddof=ddof)
     (axis,) = along
-    positions = as_array(outer.positions[axis])
-    if np.unique(positions).size != positions.size:
+    picked = outer.positions[axis]  # a slice's a range: no array of the positions it spans
+    if not isinstance(picked, range) and np.unique(picked).size != picked.size:
         return None
-    codes = np.full(shape[axis], -1, dtype=np.int64)
     grouping = target.grouping
     if axis in target.axes:
         if grouping is not None:
             return None
-        codes[positions] = 0
         axes = tuple(a for a in target.axes if a != axis)
-        grouped = Target(shape, axes, Grouping(axis, codes, 1))
+        grouped = Target(shape, axes, Grouping.picked(axis, shape[axis], picked, 0, 1))
     elif grouping is None:
-        codes[positions] = np.arange(positions.size)
-        grouped = Target(shape, target.axes, Grouping(axis, codes, positions.size))
-    elif grouping.axis == axis:
-        codes[positions] = grouping.codes
-        grouped = Target(shape, target.axes, grouping._replace(codes=codes))
+        each = Grouping.picked(axis, shape[axis], picked, None, len(picked))
+        grouped = Target(shape, target.axes, each)
+    elif grouping.axis == axis and grouping.lookup is not None:  # the groupby's code of each
+        kept = Grouping.picked(axis, shape[axis], picked, grouping.lookup, grouping.size)
+        grouped = Target(shape, target.axes, kept)
     else:
         return None
     data = reduce_store(reader, op, grouped, skipna=skipna, ddof=ddof, dense=dense)
@@ -336,7 +333,7 @@ def _window_reduced(
     if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
         return None  # before any position is made an array: a region of a genome is a range
     chosen = [
-        None if isinstance(p, range) and p == range(n) else np.asarray(p, dtype=np.int64)
+        (None if p == range(n) else p) if isinstance(p, range) else np.asarray(p, dtype=np.int64)
         for p, n in pairs
     ]
     return reduce_selection_dask(reader, chosen, target, op, skipna=skipna, ddof=ddof)

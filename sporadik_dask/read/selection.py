@@ -26,6 +26,7 @@ __all__ = [
     "nondecreasing",
     "normalize_key",
     "normalize_points",
+    "places",
     "pointwise",
     "ranks",
     "take",
@@ -59,6 +60,23 @@ def ranks(column: Positions, unique: range) -> Positions:
     if on_step is not None:
         outside |= ~on_step
     spot[outside] = -1
+    return spot
+
+
+def places(column: Positions, positions: Axis) -> Positions:
+    """Each coordinate's place among ``positions`` (a ``range`` of any step, in its order, or
+    sorted distinct positions), or -1 if absent: arithmetic on a range, a binary search of an
+    array, so no array as long as the axis is made."""
+    if isinstance(positions, range):
+        if positions.step > 0:
+            return ranks(column, positions)
+        rank = ranks(column, positions[::-1])
+        return np.where(rank >= 0, len(positions) - 1 - rank, -1)
+    if positions.size == 0:
+        return np.full(column.shape, -1, dtype=np.int64)
+    spot = np.searchsorted(positions, column).astype(np.int64, copy=False)
+    np.minimum(spot, positions.size - 1, out=spot)
+    spot[positions[spot] != column] = -1
     return spot
 
 

@@ -45,11 +45,13 @@ class Disjoint:
         grouping = target.grouping
         others = [a for a in target.kept if a != axis]
         #: Group codes (int32, a quarter of the cache int64 takes) when the only other kept axis
-        #: is the grouped one: each value's key is then its code, looked up in the kernel.
+        #: is the grouped one, its codes a table: each value's key is then its code, looked up in
+        #: the kernel.
         self._codes: npt.NDArray[np.int32] | None = None
         self._grouped = grouping.axis if grouping is not None else -1
         if grouping is not None and others == [grouping.axis] and grouping.size < 2**31:
-            self._codes = grouping.codes.astype(np.int32)
+            table = grouping.lookup
+            self._codes = None if table is None else table.astype(np.int32)
 
     @property
     def by_code(self) -> bool:
@@ -80,7 +82,7 @@ class Disjoint:
         for axis, extent in others:
             column = np.asarray(coords[axis])
             if grouping is not None and axis == grouping.axis:
-                column = grouping.codes[column]  # -1: in no group
+                column = grouping.groups(column)  # -1: in no group
                 outside = column < 0
             if len(others) == 1:  # the key is the column itself, -1 included
                 return column.astype(np.int64, copy=False)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.read.selection import Axis
 from sporadik_dask.reduce.fields import Fields, Op, finish, merge_along
 from sporadik_dask.reduce.store import store_fields
 from sporadik_dask.reduce.target import Grouping, Target
@@ -23,7 +24,7 @@ __all__ = ["reduce_selection", "reduce_selection_dask"]
 
 def reduce_selection(
     reader: Any,
-    positions: Sequence[npt.NDArray[np.int64] | None],
+    positions: Sequence[Axis | None],
     target: Target,
     op: Op,
     *,
@@ -31,26 +32,26 @@ def reduce_selection(
     ddof: int,
 ) -> npt.NDArray[Any] | None:
     """``op`` into ``target`` (over the selection's shape) of the cells ``positions`` select
-    along each store axis (None: the whole axis), as dense numpy; None when the pass cannot
-    take it (two groupings, or a position twice where it would be added twice).
+    along each store axis (a ``range`` for a slice; None: the whole axis), as dense numpy; None
+    when the pass cannot take it (two groupings, a position twice where it would be added
+    twice, or fields past ``sporadik.dense-result-cells``: an axis kept whole in the pass).
 
     1. The pass's one grouping: a selected reduced axis, its positions one group (a kept axis
        of one cell); else the groupby's own; else the first selected kept axis that selects
-       each position once, each a group of its own, in the order selected.
+       each position once, each a group of its own, in the order selected. The grouping is a
+       table of the axis's codes, or along a genome's positions the selected positions as the
+       selection names them (:meth:`Grouping.picked`).
     2. Every other selected axis is kept whole in the pass.
     3. From the fields, each such axis's positions are taken in the order selected; along a
        reduced one, they are then merged into one cell (sums add, extremes compare, moments by
        Chan's formula).
     4. The fields, shaped as ``target``, are finished over the selection's cells.
     """
-    planned = _pass_grouping(tuple(reader.shape), positions, target)
+    planned = _pass_target(tuple(reader.shape), positions, target)
     if planned is None:
         return None
-    axis, grouped = planned
-    selected = [a for a, p in enumerate(positions) if p is not None]
-    reduced = [a for a in selected if a in target.axes]
-    store_axes = tuple(a for a in target.axes if a not in reduced)
-    store_target = Target(tuple(reader.shape), store_axes, grouped)
+    axis, store_target = planned
+    reduced = [a for a, p in enumerate(positions) if p is not None and a in target.axes]
     fields: Fields = store_fields(reader, op, store_target, skipna, dense=True)  # type: ignore[assignment]
     kept = store_target.kept
     fields = {name: array.reshape(store_target.out_shape) for name, array in fields.items()}
@@ -67,8 +68,30 @@ def reduce_selection(
     )
 
 
+def _pass_target(
+    shape: tuple[int, ...], positions: Sequence[Axis | None], target: Target
+) -> tuple[int, Target] | None:
+    """The axis the pass groups (-1: none of the selected) and the pass's target, or None when
+    :func:`reduce_selection` would be: its dense fields are capped as a dense result is, so an
+    axis of a genome is never kept whole in them."""
+    import dask
+
+    from sporadik_dask.reduce.results import DENSE_RESULT_CELLS
+
+    planned = _pass_grouping(shape, positions, target)
+    if planned is None:
+        return None
+    axis, grouped = planned
+    reduced = [a for a, p in enumerate(positions) if p is not None and a in target.axes]
+    store_axes = tuple(a for a in target.axes if a not in reduced)
+    store_target = Target(shape, store_axes, grouped)
+    if store_target.size > int(dask.config.get("sporadik.dense-result-cells", DENSE_RESULT_CELLS)):
+        return None
+    return axis, store_target
+
+
 def _pass_grouping(
-    shape: tuple[int, ...], positions: Sequence[npt.NDArray[np.int64] | None], target: Target
+    shape: tuple[int, ...], positions: Sequence[Axis | None], target: Target
 ) -> tuple[int, Grouping | None] | None:
     """The axis the pass groups (-1: none of the selected, the groupby's own or none) and its
     grouping, as step 1 of :func:`reduce_selection` picks them; None when a reduced axis would
@@ -81,10 +104,12 @@ def _pass_grouping(
         return None
     if reduced:
         axis = reduced[0]
-        grouped = _grouping(shape[axis], positions[axis], axis, np.int64(0), 1)
+        grouped = _grouping(shape, positions[axis], axis, 0, 1)
     elif grouping is not None and grouping.axis in selected:
         axis = grouping.axis
-        grouped = _grouping(shape[axis], positions[axis], axis, grouping.codes, grouping.size)
+        grouped = None
+        if grouping.lookup is not None:  # the groupby's code of each selected position
+            grouped = _grouping(shape, positions[axis], axis, grouping.lookup, grouping.size)
     elif grouping is not None:
         axis, grouped = -1, grouping
     else:  # the first kept axis selecting each position once, if any: the rest are taken
@@ -93,31 +118,34 @@ def _pass_grouping(
             return -1, None
         axis = once[0]
         picked = positions[axis]
-        size = 0 if picked is None else picked.size
-        codes = np.arange(size, dtype=np.int64)
-        grouped = _grouping(shape[axis], picked, axis, codes, size)
+        grouped = _grouping(shape, picked, axis, None, 0 if picked is None else len(picked))
     return None if grouped is None else (axis, grouped)
 
 
-def _once(picked: npt.NDArray[np.int64] | None) -> bool:
+def _once(picked: Axis | None) -> bool:
+    if isinstance(picked, range):
+        return True
     return picked is not None and np.unique(picked).size == picked.size
 
 
 def _grouping(
-    extent: int, picked: npt.NDArray[np.int64] | None, axis: int, codes: Any, size: int
+    shape: tuple[int, ...],
+    picked: Axis | None,
+    axis: int,
+    codes: npt.NDArray[np.int64] | int | None,
+    size: int,
 ) -> Grouping | None:
-    """Positions ``picked`` of an axis of ``extent`` gathered by ``codes`` (one per position, or
-    one for all), the rest in no group; None when a position is picked twice."""
+    """Positions ``picked`` of ``axis`` gathered by ``codes`` (one per position picked, one for
+    all, or None: each its own group, in the order picked), the rest in no group; None when a
+    position is picked twice."""
     if picked is None or not _once(picked):
         return None
-    full = np.full(extent, -1, dtype=np.int64)
-    full[picked] = codes
-    return Grouping(axis, full, size)
+    return Grouping.picked(axis, shape[axis], picked, codes, size)
 
 
 def reduce_selection_dask(
     reader: Any,
-    positions: Sequence[npt.NDArray[np.int64] | None],
+    positions: Sequence[Axis | None],
     target: Target,
     op: Op,
     *,
@@ -134,7 +162,7 @@ def reduce_selection_dask(
     from sporadik_dask.read.dask_model import from_delayed
     from sporadik_dask.reduce.fields import result_dtype
 
-    if _pass_grouping(tuple(reader.shape), positions, target) is None:
+    if _pass_target(tuple(reader.shape), positions, target) is None:
         return None
     token = tokenize(reader, list(positions), target, op, skipna, ddof)
     value = dask.delayed(reduce_selection, pure=True)(

@@ -117,7 +117,7 @@ def cells_of(target: Target, groups: npt.NDArray[Any] | None) -> Any:
     ``groups`` (the group of each output cell) when an axis is grouped."""
     cells: Any = math.prod(target.shape[a] for a in target.axes)
     if groups is not None and target.grouping is not None:
-        cells = cells * target.grouping.members()[groups]
+        cells = cells * target.grouping.members(groups)
     return cells
 
 

@@ -59,8 +59,9 @@ def store_fields(
 
     lookup = np.zeros(0, np.int8)
     grouping = target.grouping
-    if strides is not None and strides.grouped and grouping is not None:  # narrow, for the cache
-        lookup = grouping.codes.astype(np.min_scalar_type(-max(grouping.size, 1)))
+    table = None if grouping is None else grouping.lookup
+    if strides is not None and strides.grouped and grouping is not None and table is not None:
+        lookup = table.astype(np.min_scalar_type(-max(grouping.size, 1)))  # narrow, for the cache
 
     none_stored = np.zeros(0, np.int64)
     moments = (
@@ -91,7 +92,7 @@ def store_fields(
         for a, b, (indices, values) in ahead(fetch, batches):
             positions = np.arange(first + a, first + b, dtype=np.int64)
             if grouped_here:
-                positions = target.grouping.codes[positions]  # type: ignore[union-attr]
+                positions = target.grouping.groups(positions)  # type: ignore[union-attr]
             bases = np.where(positions >= 0, positions * run_stride, -1)
             lengths = hi[a:b] - lo[a:b]
             add(bases, lengths, none if indices is None else indices, index_stride, values)
@@ -100,7 +101,7 @@ def store_fields(
         coords = index_coords(len(reader.shape), layout, indices)
         positions = np.arange(first + a, first + b, dtype=np.int64)
         if grouped_here:  # each run's group, once per run
-            positions = target.grouping.codes[positions]  # type: ignore[union-attr]
+            positions = target.grouping.groups(positions)  # type: ignore[union-attr]
         coords[axis] = np.repeat(positions, hi[a:b] - lo[a:b])
         if disjoint is not None:
             lengths = hi[a:b] - lo[a:b]
@@ -150,9 +151,7 @@ def _lead_bound(
     counts = reader.counts(lead)
     grouping = target.grouping
     if grouping is not None and grouping.axis == lead:
-        member = grouping.codes >= 0
-        grouped = np.bincount(grouping.codes[member], counts[member], minlength=grouping.size)
-        counts = grouped.astype(np.int64)  # float64 sums of int64 counts: exact below 2**53
+        counts = grouping.gathered(counts)
     bound: npt.NDArray[np.int64] = np.minimum(counts, cells)
     return bound
 

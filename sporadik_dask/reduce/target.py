@@ -11,24 +11,132 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.planning.budgets import GROUP_TABLE_BYTES
+from sporadik_dask.read.selection import Axis, as_slice, nondecreasing, places
+
 __all__ = [
     "Grouping",
+    "Picked",
     "Target",
 ]
 
 
+@dataclass(frozen=True)
+class Picked:
+    """The positions of an axis a selection picked, each with its group, held as the selection
+    describes them: a slice's as a ``range`` (a position's place by arithmetic), a list's or a
+    mask's as its sorted distinct positions (a place by binary search). An axis of a genome
+    (3.1e9 positions) selected in part costs what the selection names, never an entry per
+    position of the axis."""
+
+    #: A ``range`` in the order selected (any step), or sorted distinct positions.
+    positions: range | npt.NDArray[np.int64]
+    #: Each position's group, in the order of ``positions`` (-1: none); an integer: the group of
+    #: every one; None: its place among them (each a group of its own, in that order).
+    codes: npt.NDArray[np.int64] | int | None = None
+
+    @classmethod
+    def of(cls, picked: Axis, codes: npt.NDArray[np.int64] | int | None = None) -> Picked:
+        """Distinct positions ``picked`` in the order selected, ``codes`` in that order too."""
+        if isinstance(picked, range) or nondecreasing(picked):
+            return cls(picked, codes)
+        order = np.argsort(picked, kind="stable")
+        if codes is None:
+            codes = order
+        elif not isinstance(codes, int):
+            codes = np.asarray(codes, dtype=np.int64)[order]
+        return cls(picked[order], codes)
+
+    def groups(self, column: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """The group of each position of ``column``, -1 for one not picked."""
+        place = places(np.asarray(column), self.positions)
+        if self.codes is None:
+            return place
+        if isinstance(self.codes, int):
+            return np.where(place >= 0, self.codes, -1)
+        hit = place >= 0
+        found = np.full(place.shape, -1, dtype=np.int64)
+        found[hit] = self.codes[place[hit]]
+        return found
+
+
 class Grouping(NamedTuple):
-    """Positions along ``axis`` gathered into groups, as xarray's groupby encodes them."""
+    """Positions along ``axis`` gathered into groups, as xarray's groupby encodes them, or as a
+    selection picks them (:class:`Picked`)."""
 
     axis: int
-    #: Each position's group, or -1 for a position in none.
-    codes: npt.NDArray[np.int64]
+    #: Each position's group, or -1 for a position in none: one code per position of the axis,
+    #: or the positions a selection picked with theirs.
+    codes: npt.NDArray[np.int64] | Picked
     #: How many groups.
     size: int
 
-    def members(self) -> npt.NDArray[np.int64]:
-        """Positions in each group."""
-        return np.bincount(self.codes[self.codes >= 0], minlength=self.size)
+    @classmethod
+    def picked(
+        cls,
+        axis: int,
+        extent: int,
+        picked: Axis,
+        codes: npt.NDArray[np.int64] | int | None,
+        size: int,
+    ) -> Grouping:
+        """Distinct positions ``picked`` of an axis of ``extent`` in ``size`` groups by ``codes``
+        (as :class:`Picked` takes them), the rest in none: a table of every position's code, as
+        a groupby's, up to :data:`GROUP_TABLE_BYTES`; past it (a genome's positions) the
+        positions as the selection names them."""
+        held = Picked.of(picked, codes)
+        if extent * 8 > GROUP_TABLE_BYTES:
+            return cls(axis, held, size)
+        table = np.full(extent, -1, dtype=np.int64)
+        at = as_slice(picked) if isinstance(picked, range) else held.positions
+        table[at] = np.arange(len(picked)) if held.codes is None else held.codes
+        return cls(axis, table, size)
+
+    @property
+    def lookup(self) -> npt.NDArray[np.int64] | None:
+        """The group of each position of the axis as one array (a kernel's lookup table), or
+        None when the positions are held as a selection picked them."""
+        return None if isinstance(self.codes, Picked) else self.codes
+
+    def groups(self, positions: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """The group of each of ``positions`` (-1: none)."""
+        if isinstance(self.codes, Picked):
+            return self.codes.groups(positions)
+        found: npt.NDArray[np.int64] = self.codes[positions]
+        return found
+
+    def members(self, groups: npt.NDArray[Any] | None = None) -> npt.NDArray[np.int64]:
+        """Positions in each group (in each of ``groups``, when given)."""
+        table = self.codes
+        if isinstance(table, Picked):
+            if table.codes is None:  # one position a group
+                return np.ones(self.size if groups is None else len(groups), dtype=np.int64)
+            if isinstance(table.codes, int):
+                counts = np.zeros(self.size, dtype=np.int64)
+                counts[table.codes] = len(table.positions)
+                return counts if groups is None else counts[groups]
+            table = table.codes
+        counts = np.bincount(table[table >= 0], minlength=self.size)
+        return counts if groups is None else counts[groups]
+
+    def gathered(self, per_position: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """``per_position`` (an integer per position of the axis) added up over each group."""
+        codes = self.codes
+        if isinstance(codes, Picked):
+            spots = codes.positions
+            each = per_position[as_slice(spots) if isinstance(spots, range) else spots]
+            if codes.codes is None:
+                return each.astype(np.int64)
+            if isinstance(codes.codes, int):
+                counts = np.zeros(self.size, dtype=np.int64)
+                counts[codes.codes] = each.sum()
+                return counts
+            table = codes.codes
+        else:
+            table, each = codes, per_position
+        member = table >= 0
+        # float64 sums of int64 counts: exact below 2**53
+        return np.bincount(table[member], each[member], minlength=self.size).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -85,7 +193,7 @@ class Target:
         if self.grouping is not None:
             at = self.kept.index(self.grouping.axis)
             if not grouped:
-                columns[at] = self.grouping.codes[columns[at]]
+                columns[at] = self.grouping.groups(columns[at])
             member = columns[at] >= 0
             if not member.all():
                 columns = [column[member] for column in columns]

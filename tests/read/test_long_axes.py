@@ -185,6 +185,85 @@ def test_a_reduction_of_a_selection_of_a_genome_length_axis_makes_no_array_of_th
     assert peak < PEAK_BYTES
 
 
+#: Half the axis: 2.5e9 positions, past 2**31.
+HALF = LENGTH // 2
+#: Positions asked for as a list: past 2**31 and 2**32, holding values or not, unsorted.
+LISTED = np.array([2**32 + 1, 5, LENGTH - 2, 7, 2**31 + 7])
+#: Selections of billions of positions (or a list of them) and what is reduced over: each is
+#: reduced in the store's pass (under ``sporadik.selection-read-values`` of 0), with the
+#: selected positions as the pass's grouping.
+IN_THE_PASS: dict[str, tuple[tuple[Any, Any], str, str | None]] = {
+    "a half's sum per sample": ((slice(None), slice(0, HALF)), "sum", "pos"),
+    "a half's sum per position": ((slice(None), slice(0, HALF)), "sum", "sample"),
+    "a step's mean per sample": ((slice(None), slice(1, None, 2)), "mean", "pos"),
+    "a step's sum per position": ((slice(None), slice(1, None, 2)), "sum", "sample"),
+    "a reversed axis's max per sample": ((slice(None), slice(None, None, -1)), "max", "pos"),
+    "a list's sum per sample": ((slice(None), LISTED), "sum", "pos"),
+    "a list's sum per position": ((slice(None), LISTED), "sum", "sample"),
+    "a sample mask and a half, summed per sample": (
+        (np.array([False, True]), slice(0, HALF)),
+        "sum",
+        "pos",
+    ),
+    "samples in reverse and a list's mean per sample": (([1, 0], LISTED), "mean", "pos"),
+    "a sample mask and a step, summed": ((np.array([True, False]), slice(1, None, 2)), "sum", None),
+}
+
+
+def reduced(key: tuple[Any, Any], op: str, over: str | None) -> Any:
+    """``op`` over ``over`` (None: both) of the selection ``key``, from its stored cells alone
+    (:func:`expected`): the other cells hold 0, counted in a mean, the candidates of a max."""
+    rows = len(np.arange(SAMPLES)[key[0]])
+    slots = len(range(LENGTH)[key[1]]) if isinstance(key[1], slice) else len(key[1])
+    found = expected(key)
+    along = {"pos": 0, "sample": 1, None: None}[over]  # the kept part of each cell's address
+    groups: dict[int, list[int]] = {}
+    for at, value in found.items():
+        groups.setdefault(0 if along is None else at[along], []).append(value)
+    size = {"pos": slots, "sample": rows, None: rows * slots}[over]  # cells in each result's
+    kept = {"pos": rows, "sample": slots, None: 1}[over]
+    dtype = getattr(np, op)(np.zeros((1, 1), VALUES.dtype), axis=0).dtype
+    if kept > 1_000:  # a result along the selected positions: its nonzero cells
+        return {(group,): sum(values) for group, values in groups.items()}, dtype
+    out = np.zeros(kept, dtype=dtype)
+    for group, values in groups.items():
+        if op == "sum":
+            out[group] = sum(values)
+        elif op == "mean":
+            out[group] = sum(values) / size
+        else:
+            out[group] = max(values + [0] * (len(values) < size))
+    return (out[0] if over is None else out), dtype
+
+
+@pytest.mark.parametrize("how", ["lazy", "chunks={}"])
+@pytest.mark.parametrize("name", list(IN_THE_PASS))
+def test_a_reduction_of_a_large_selection_of_a_genome_length_axis_in_the_pass_makes_no_array_of_it(
+    store: Path, how: str, name: str
+) -> None:
+    """A selection of billions of positions is reduced in the store's pass, its positions the
+    pass's grouping: held as the slice's start, step and count, or a list's sorted positions,
+    never a group code per position of the axis (40 GB of int64 here)."""
+    key, op, over = IN_THE_PASS[name]
+    want, dtype = reduced(key, op, over)
+    array = select(opened(store, how), key)
+    tracemalloc.start()
+    try:
+        config = {"scheduler": "synchronous", "sporadik.selection-read-values": 0}
+        with dask.config.set(config):
+            result = getattr(array, op)(over)
+            got = result.data.compute() if hasattr(result.data, "dask") else result.data
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.dtype == dtype
+    if isinstance(want, dict):
+        assert cells(got) == want
+    else:
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert peak < PEAK_BYTES
+
+
 #: Cells named one by one: past 2**31, at the axis's end, at positions holding no value.
 POINTS = (np.array([0, 1, 1, 0, 1]), np.array([LENGTH - 1, 3_000_000_000, 4, 5, 2**32 + 1]))
 
@@ -250,10 +329,6 @@ def chunked(store: Any, how: str, chunks: dict[str, int]) -> Any:
         dataset = open_dataset(store, chunks={names[d]: n for d, n in chunks.items()})
     (variable,) = dataset.data_vars.values()
     return variable.rename(dict(zip(variable.dims, sizes, strict=True)))
-
-
-#: Positions asked for as a list: past 2**31 and 2**32, holding values or not, unsorted.
-LISTED = np.array([2**32 + 1, 5, LENGTH - 2, 7, 2**31 + 7])
 
 
 @pytest.mark.parametrize("how", ["from_sporadik", "chunks="])
