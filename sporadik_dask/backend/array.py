@@ -167,8 +167,8 @@ def backend_under(data: Any) -> Underlying:
             if outer is None:
                 return Underlying(None, False, axes)
             positions, axes = outer
-            whole = whole and all(
-                np.array_equal(p, np.arange(n))
+            whole = whole and all(  # sizes first: no array of a genome's positions for a few
+                len(p) == n and np.array_equal(p, np.arange(n))
                 for p, n in zip(positions, data.array.shape, strict=True)
             )
         elif isinstance(data, indexing.LazilyIndexedArray) and not all(

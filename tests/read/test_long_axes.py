@@ -207,6 +207,11 @@ IN_THE_PASS: dict[str, tuple[tuple[Any, Any], str, str | None]] = {
     ),
     "samples in reverse and a list's mean per sample": (([1, 0], LISTED), "mean", "pos"),
     "a sample mask and a step, summed": ((np.array([True, False]), slice(1, None, 2)), "sum", None),
+    "a list of samples and a region's sum per position": (
+        ([1], slice(2**31, 2**31 + 100)),
+        "sum",
+        "sample",
+    ),
 }
 
 
@@ -261,6 +266,29 @@ def test_a_reduction_of_a_large_selection_of_a_genome_length_axis_in_the_pass_ma
         assert cells(got) == want
     else:
         np.testing.assert_array_equal(np.asarray(got), want)
+    assert peak < PEAK_BYTES
+
+
+@pytest.mark.parametrize("over", ["pos", "sample"])
+def test_a_reduction_of_a_transposed_list_of_a_genome_length_axis_makes_no_array_of_it(
+    store: Path, over: str
+) -> None:
+    """xarray spells a transposed lazy view as an array of positions per axis: whether it
+    selects the whole store is asked of the list's five positions, not of an array of the
+    axis."""
+    key = (slice(None), LISTED)
+    want, dtype = reduced(key, "sum", over)
+    transposed = select(opened(store, "lazy"), key).T
+    tracemalloc.start()
+    try:
+        config = {"scheduler": "synchronous", "sporadik.selection-read-values": 0}
+        with dask.config.set(config):
+            got = transposed.sum(over).values
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
     assert peak < PEAK_BYTES
 
 
