@@ -29,6 +29,7 @@ UPWARD = {
     # a reduction of a dask read is a pass over the store's runs, not dask's over its blocks
     ("sporadik_dask.read.reductions", "sporadik_dask.reduce.fields"),
     ("sporadik_dask.read.reductions", "sporadik_dask.reduce.results"),
+    ("sporadik_dask.read.reductions", "sporadik_dask.reduce.selection"),
     ("sporadik_dask.read.reductions", "sporadik_dask.reduce.spans"),
     ("sporadik_dask.read.reductions", "sporadik_dask.reduce.target"),
 }

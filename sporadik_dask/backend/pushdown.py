@@ -196,6 +196,7 @@ def pushed_data(
     variable: Any, target: Any, op: Any, skipna: bool, ddof: int, *, dense: bool
 ) -> Any:
     """``op`` into ``target`` from the store beneath ``variable``, or None if it has none."""
+    from sporadik_dask.read.reductions import window_reduced
     from sporadik_dask.reduce.blocks import absent_value, reduce_coo, reduce_dask
     from sporadik_dask.reduce.spans import reduce_store_dask
     from sporadik_dask.reduce.store import reduce_store
@@ -211,7 +212,7 @@ def pushed_data(
             return reduce_store_dask(
                 source, op, target, spans, skipna=skipna, ddof=ddof, dense=dense
             )
-        window = _window_reduced(source, target, op, skipna=skipna, ddof=ddof, dense=dense)
+        window = window_reduced(source, target, op, skipna=skipna, ddof=ddof, dense=dense)
         if window is not None:
             return window
         return reduce_dask(held, op, target, skipna=skipna, ddof=ddof, dense=dense)
@@ -310,33 +311,6 @@ def _selection_reduced(
         return None
     data = reduce_store(reader, op, grouped, skipna=skipna, ddof=ddof, dense=dense)
     return data.reshape(target.out_shape)
-
-
-def _window_reduced(
-    source: Any, target: Any, op: Any, *, skipna: bool, ddof: int, dense: bool
-) -> Any:
-    """``op`` over a chunked selection (a read of a window of the store) in the store's pass,
-    as :func:`_selection_reduced` does lazily, or None for a reduction of its blocks: a window
-    with an axis an integer dropped, a sparse result, or a selection estimated under
-    ``sporadik.selection-read-values`` values (its blocks cost what it selects)."""
-    import dask
-
-    from sporadik_dask.planning.budgets import SELECTION_READ_VALUES
-    from sporadik_dask.read.blocks import StoreWindow
-    from sporadik_dask.reduce.selection import reduce_selection_dask
-
-    if not isinstance(source, StoreWindow) or source.dropped or not dense:
-        return None
-    reader = source.reader
-    pairs = list(zip(source.positions, reader.shape, strict=True))
-    small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
-    if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
-        return None  # before any position is made an array: a region of a genome is a range
-    chosen = [
-        (None if p == range(n) else p) if isinstance(p, range) else np.asarray(p, dtype=np.int64)
-        for p, n in pairs
-    ]
-    return reduce_selection_dask(reader, chosen, target, op, skipna=skipna, ddof=ddof)
 
 
 def _transformed_dask(

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 import dask.array as da
 import numpy as np
 
-from sporadik_dask.read.blocks import reader_of
+from sporadik_dask.read.blocks import StoreWindow, reader_of
 
 if TYPE_CHECKING:
     from sporadik_dask.reduce.fields import Op
+    from sporadik_dask.reduce.target import Target
 
-__all__ = ["NUMPY_REDUCTIONS", "numpy_reduced", "pushed_down", "reduced"]
+__all__ = ["NUMPY_REDUCTIONS", "numpy_reduced", "pushed_down", "reduced", "window_reduced"]
 
 
 def pushed_down(op: Op) -> Any:
@@ -98,7 +99,8 @@ def reduced(
 ) -> Any:
     """``x.<op>(axis)`` of a plain read of a whole store as one pass over a layout's runs
     (:func:`~sporadik_dask.reduce.spans.reduce_store_dask`), a dask array of ``sparse.COO`` as
-    dask's own; or None to leave it to dask.
+    dask's own; of a read of a window of it, in the store's pass too when
+    :func:`window_reduced` takes it; or None to leave it to dask.
 
     ``sparse``'s own reduction of ``COO`` blocks along any axis but the last re-sorts every block,
     many times slower than one pass (docs/benchmarks.md, "Numbers behind the code's choices"). Taken
@@ -117,7 +119,7 @@ def reduced(
     from sporadik_dask.reduce.target import Target
 
     source = reader_of(x)
-    if not isinstance(source, StoreReader) or dtype is not None or keepdims or out is not None:
+    if source is None or dtype is not None or keepdims or out is not None:
         return None
     if x.size == 0:
         return _of_no_cell(x, op, axis, skipna=skipna, ddof=ddof)
@@ -132,13 +134,47 @@ def reduced(
     dense = dense_result(target, op)
     if dense is None:
         return None
-    result = reduce_store_dask(
-        source, op, target, math.prod(x.numblocks), skipna=skipna, ddof=ddof, dense=dense
-    )
+    if isinstance(source, StoreReader):
+        result = reduce_store_dask(
+            source, op, target, math.prod(x.numblocks), skipna=skipna, ddof=ddof, dense=dense
+        )
+    else:
+        result = window_reduced(source, target, op, skipna=skipna, ddof=ddof, dense=dense)
+        if result is None:
+            return None
     if not dense or whole:
         return result
     meta = sparse.COO.from_numpy(np.zeros((0,) * result.ndim, dtype=result.dtype))
     return result.map_blocks(sparse.COO.from_numpy, dtype=result.dtype, meta=meta)
+
+
+def window_reduced(
+    source: Any, target: Target, op: Op, *, skipna: bool, ddof: int, dense: bool
+) -> Any:
+    """``op`` over a read of a window of a store (``source``) in the store's pass, the window's
+    positions the pass's grouping (:func:`~sporadik_dask.reduce.selection.reduce_selection_dask`),
+    or None for a reduction of its blocks: not a window, a window with an axis an integer
+    dropped, a sparse result, or a selection estimated under ``sporadik.selection-read-values``
+    values (its blocks cost what it selects). ``sparse`` reduces an integer block along an axis
+    of more than 2**31 cells by its fill value times their count in the block's dtype, which
+    overflows."""
+    import dask
+
+    from sporadik_dask.planning.budgets import SELECTION_READ_VALUES
+    from sporadik_dask.reduce.selection import reduce_selection_dask
+
+    if not isinstance(source, StoreWindow) or source.dropped or not dense:
+        return None
+    reader = source.reader
+    pairs = list(zip(source.positions, reader.shape, strict=True))
+    small = int(dask.config.get("sporadik.selection-read-values", SELECTION_READ_VALUES))
+    if reader.description.nnz * math.prod(len(p) / max(n, 1) for p, n in pairs) < small:
+        return None  # before any position is made an array: a region of a genome is a range
+    chosen = [
+        (None if p == range(n) else p) if isinstance(p, range) else np.asarray(p, dtype=np.int64)
+        for p, n in pairs
+    ]
+    return reduce_selection_dask(reader, chosen, target, op, skipna=skipna, ddof=ddof)
 
 
 def _of_no_cell(x: Any, op: Op, axis: Any, *, skipna: bool, ddof: Any) -> Any:

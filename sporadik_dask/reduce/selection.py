@@ -36,11 +36,12 @@ def reduce_selection(
     when the pass cannot take it (two groupings, a position twice where it would be added
     twice, or fields past ``sporadik.dense-result-cells``: an axis kept whole in the pass).
 
-    1. The pass's one grouping: a selected reduced axis, its positions one group (a kept axis
-       of one cell); else the groupby's own; else the first selected kept axis that selects
-       each position once, each a group of its own, in the order selected. The grouping is a
-       table of the axis's codes, or along a genome's positions the selected positions as the
-       selection names them (:meth:`Grouping.picked`).
+    1. The pass's one grouping: the longest selected reduced axis that selects each position
+       once, its positions one group (a kept axis of one cell); else the groupby's own; else
+       the longest selected kept axis that selects each position once, each a group of its
+       own, in the order selected. The longest, because the others are kept whole in the
+       pass's fields. The grouping is a table of the axis's codes, or along a genome's
+       positions the selected positions as the selection names them (:meth:`Grouping.picked`).
     2. Every other selected axis is kept whole in the pass.
     3. From the fields, each such axis's positions are taken in the order selected; along a
        reduced one, they are then merged into one cell (sums add, extremes compare, moments by
@@ -102,8 +103,8 @@ def _pass_grouping(
     grouped: Grouping | None
     if grouping is not None and reduced:
         return None
-    if reduced:
-        axis = reduced[0]
+    if reduced:  # one that selects each position once, if any: the others may repeat
+        axis = max([a for a in reduced if _once(positions[a])] or reduced, key=lambda a: shape[a])
         grouped = _grouping(shape, positions[axis], axis, 0, 1)
     elif grouping is not None and grouping.axis in selected:
         axis = grouping.axis
@@ -112,11 +113,11 @@ def _pass_grouping(
             grouped = _grouping(shape, positions[axis], axis, grouping.lookup, grouping.size)
     elif grouping is not None:
         axis, grouped = -1, grouping
-    else:  # the first kept axis selecting each position once, if any: the rest are taken
+    else:  # the longest kept axis selecting each position once, if any: the rest are taken
         once = [a for a in selected if _once(positions[a])]
         if not once:
             return -1, None
-        axis = once[0]
+        axis = max(once, key=lambda a: shape[a])
         picked = positions[axis]
         grouped = _grouping(shape, picked, axis, None, 0 if picked is None else len(picked))
     return None if grouped is None else (axis, grouped)
