@@ -79,7 +79,9 @@ def read_blocks(source: Any, chunks: Any, meta: Any, *, name: str, **kwargs: Any
     Each block is one call to ``source`` (dask's ``from_array``), unless the blocks cut an axis
     along which no layout the reads go through runs: a block of positions 0:10**8 of a genome,
     read through the layout of samples, reads every sample's whole run and keeps a 31st of it,
-    so 31 such blocks read every stored value 31 times. Then the blocks are read in *strips*:
+    so 31 such blocks read every stored value 31 times; or blocks of samples of a window that
+    narrows the positions alone, each of which would read the region's runs again. Then the
+    blocks are read in *strips*:
 
     1. A strip is whole along every such axis, and cut as ``chunks`` cut the other axes.
     2. One task reads a strip (one call to ``source``) and splits its values by block.
