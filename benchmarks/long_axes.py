@@ -62,6 +62,10 @@ CASES = {
     "blocks of 1e8 positions, from_sporadik": "dask",
     "sum per position, lazy": "lazy",
     "sum per position, chunks={}": "chunks",
+    "positions from 1,000 on summed per sample, lazy": "lazy",
+    "positions from 1,000 on summed per sample, chunks={}": "chunks",
+    "positions from 1,000 on summed per sample, from_sporadik": "dask",
+    "every other position summed per position, lazy": "lazy",
 }
 #: Blocks along the positions, for the cases that cut them (``chunks={"pos": BLOCK}``).
 BLOCK = 10**8
@@ -107,6 +111,8 @@ def keys() -> dict[str, Any]:
         "1,000 points": (rng.integers(0, SAMPLES, 1_000), rng.integers(0, SPAN, 1_000)),
         "blocks of 1e8 positions": {},
         "sum per position": {},
+        "positions from 1,000 on summed per sample": {},
+        "every other position summed per position": {},
     }
 
 
@@ -174,6 +180,10 @@ def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
             var = var.rename({var.dims[0]: "sample", var.dims[1]: "pos"})
             if what == "sum per position":
                 picked = var.sum("sample")
+            elif what == "positions from 1,000 on summed per sample":
+                picked = var.isel(pos=slice(1_000, None)).sum("pos")
+            elif what == "every other position summed per position":
+                picked = var.isel(pos=slice(0, None, 2)).sum("sample")
             elif what == "1,000 points":
                 rows, cols = key
                 picked = var.isel(
@@ -184,6 +194,9 @@ def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
             return checksum(picked.data)
         if route == "dask" and what.startswith("blocks"):
             x = sporadik_dask.from_sporadik(store, chunks=(SAMPLES, BLOCK))
+        elif route == "dask" and what == "positions from 1,000 on summed per sample":
+            x = sporadik_dask.from_sporadik(store)
+            return checksum(x[:, 1_000:].sum(1))
         elif route == "dask":
             x = sporadik_dask.from_sporadik(store)
             get = x.vindex if what == "1,000 points" else x
