@@ -17,7 +17,9 @@ asks what is beneath them only through this module, so both models give the same
    :func:`read_graph` registers a read made of tasks of its own the same way;
 4. the names beneath an array (:func:`names_beneath`): its graph's layers, or its expression's
    operands;
-5. a tree reduction with a meta of its result (:func:`reduction`).
+5. a tree reduction with a meta of its result (:func:`reduction`);
+6. an array's blocks as ``dask.delayed`` values (:func:`delayed_blocks`), which the expression
+   model's arrays lack (``to_delayed``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "EXPRESSIONS",
     "blocks_of",
     "blocks_of_arrays",
+    "delayed_blocks",
     "from_delayed",
     "from_graph",
     "graph_names",
@@ -109,6 +112,23 @@ def blocks_of(x: da.Array) -> tuple[HighLevelGraph, str]:
         first = first[0]
     blocks = str(first[0])
     return HighLevelGraph.from_collections(blocks, dict(x.__dask_graph__()), []), blocks
+
+
+def delayed_blocks(x: da.Array) -> Any:
+    """``x``'s blocks as ``dask.delayed`` values, in an object array of ``x.numblocks``:
+    dask's ``to_delayed``, or, in the expression model, which lacks it, the blocks of the
+    lowered graph (:func:`blocks_of`)."""
+    import numpy as np
+
+    if not EXPRESSIONS:
+        return x.to_delayed()
+    from dask.delayed import Delayed
+
+    graph, name = blocks_of(x)
+    blocks = np.empty(x.numblocks, dtype=object)
+    for index in np.ndindex(*x.numblocks):
+        blocks[index] = Delayed((name, *index), graph, layer=name)
+    return blocks
 
 
 def reduction(x: da.Array, chunk: Any, aggregate: Any, *, meta: Any, **kwargs: Any) -> da.Array:
