@@ -79,10 +79,8 @@ def measure(factor: int) -> dict[str, Any]:
         for axis in (0, 1)
     }
     layouts = zarr.open_group(MemoryStore(), mode="w", zarr_format=3).create_group("layouts")
-    arrays = {
-        axis: {name: ArrayRef.of(a) for name, a in create_layout(layouts, plan, False).items()}
-        for axis, plan in plans.items()
-    }
+    made = {axis: create_layout(layouts, plan, False, "zstd") for axis, plan in plans.items()}
+    arrays = {axis: {name: ArrayRef.of(a) for name, a in m.items()} for axis, m in made.items()}
     graph, keys, _ = write_graph(pieces_of_blocks(x), plans, arrays)
     write = StoreWrite(graph, keys, layouts.store, None, "memory")  # type: ignore[arg-type]
     size = serialized_bytes(write.written())  # before anything here reads the layers
