@@ -7,17 +7,19 @@ builds graph-model layers, so there every such product raised a bare ``NotImplem
 Here it is built as the graph model's ``einsum`` builds it, from what both models have, so it
 gives the same blocks (``sparse.COO`` where an operand is sparse) and values in either. Only a
 product of a store's read comes here (:mod:`~sporadik_dask.backend.dot` asks); anyone else's dask
-array meets the model's refusal as before. Unlike the graph model's, the operands are not cut
-smaller first where an outer product would grow the blocks.
+array meets the model's refusal as before.
 """
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from sporadik_dask.read.dask_model import cut_chunks
 
 __all__ = ["einsum_of_blocks", "parse_subscripts"]
 
@@ -56,7 +58,9 @@ def einsum_of_blocks(
 ) -> Any:
     """dask's graph-model ``einsum`` of ``operands`` (dask arrays or arrays in memory).
 
-    1. Each operand becomes a dask array (``da.asarray``).
+    1. Each operand becomes a dask array (``da.asarray``), its chunks along the kept indices cut
+       smaller where the result's blocks would outgrow the largest operand's by more than
+       ``array.chunk-size-tolerance`` (an outer product).
     2. One ``blockwise`` task per tuple of blocks computes the blocks' ``einsum`` (numpy's, which
        hands a sparse block to ``sparse.einsum``), keeping one length-1 axis for each summed
        index, so no block is joined to another.
@@ -65,11 +69,13 @@ def einsum_of_blocks(
     import dask.array as da
 
     split_every = kwargs.pop("split_every", None)
+    summed = sorted({index for term in inputs for index in term} - set(output))
     kernel_dtype = kwargs.pop("dtype", None)
-    arrays = [da.asarray(operand) for operand in operands]
+    arrays = _cut_for_the_result(
+        [da.asarray(operand) for operand in operands], inputs, output, summed
+    )
     dtypes = [array.dtype for array in arrays] if kernel_dtype is None else [kernel_dtype]
     dtype = np.result_type(*dtypes)
-    summed = sorted({index for term in inputs for index in term} - set(output))
     subscripts = ",".join(inputs) + "->" + output
     pairs = [part for array, term in zip(arrays, inputs, strict=True) for part in (array, term)]
     partial = da.blockwise(
@@ -88,6 +94,38 @@ def einsum_of_blocks(
     return partial.sum(
         axis=tuple(range(len(output), len(output) + len(summed))), split_every=split_every
     )
+
+
+def _cut_for_the_result(
+    arrays: list[Any], inputs: Sequence[str], output: str, summed: Sequence[str]
+) -> list[Any]:
+    """The operands, rechunked as the graph model's ``einsum`` rechunks them: each one's kept
+    axes cut by an equal share of the factor by which the result's blocks outgrow the largest
+    operand's (past ``array.chunk-size-tolerance``)."""
+    import dask
+
+    if len(arrays) < 2 or not output:
+        return arrays
+    largest_operand = max(max(_block_size(array.chunks) for array in arrays), 1)
+    kept: dict[str, int] = {}
+    for array, term in zip(arrays, inputs, strict=True):
+        for chunks, index in zip(array.chunks, term, strict=True):
+            if index not in summed:
+                kept[index] = max(max(chunks), kept.get(index, 1))
+    tolerance = dask.config.get("array.chunk-size-tolerance")
+    growth = math.prod(kept.values()) / (largest_operand * tolerance)
+    cut = []
+    for array, term in zip(arrays, inputs, strict=True):
+        axes = {axis for axis, index in enumerate(term) if index in output}
+        share = max(growth ** (len(axes) / len(output)), 1)
+        chunks = cut_chunks(array.chunks, axes, _block_size(array.chunks) / share)
+        cut.append(array.rechunk(tuple(chunks)))
+    return cut
+
+
+def _block_size(chunks: Sequence[tuple[int, ...]]) -> int:
+    """Elements of the largest block of ``chunks``."""
+    return math.prod(max(sizes, default=0) for sizes in chunks)
 
 
 def _block_einsum(

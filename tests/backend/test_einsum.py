@@ -11,6 +11,7 @@ import pytest
 import sparse
 
 from sporadik_dask.backend.einsum import einsum_of_blocks, parse_subscripts
+from sporadik_dask.read.dask_model import EXPRESSIONS
 from tests.helpers import random_dense
 
 #: (subscripts as xarray writes them, operand shapes): a matrix product, one summing everything,
@@ -82,3 +83,16 @@ def test_a_dtype_asked_for_is_the_results() -> None:
     assert result.dtype == np.float32
     assert result.compute().dtype == np.float32
     np.testing.assert_array_equal(result.compute().todense(), np.ones(6))
+
+
+def test_an_outer_product_cuts_its_operands_as_dasks_graph_model_does() -> None:
+    """Blocks of cells x genes times 50 values would be 50 times the operand's: the kept axes
+    are cut first, into the chunks dask's graph-model ``einsum`` gives."""
+    dense = random_dense(np.random.default_rng(2), (70, 50), 0.2, np.float64)
+    x = da.from_array(sparse.COO.from_numpy(dense), chunks=(20, 50), asarray=False)
+    k = np.arange(50.0)
+    result = einsum_of_blocks(["cg", "k"], "cgk", [x, k])
+    assert result.chunks == ((5,) * 14, (13, 13, 12, 12), (13, 13, 12, 12))
+    if not EXPRESSIONS:
+        assert result.chunks == da.einsum("cg,k->cgk", x, k).chunks
+    np.testing.assert_allclose(result.compute().todense(), np.einsum("cg,k->cgk", dense, k))

@@ -99,3 +99,17 @@ def test_an_arrays_blocks_are_delayed_values_of_its_blocks() -> None:
     for (i, j), block in zip(np.ndindex(*x.numblocks), computed, strict=True):
         expected = np.arange(1, 13).reshape(3, 4)[2 * i : 2 * i + 2, 3 * j : 3 * j + 3]
         np.testing.assert_array_equal(block, expected)
+
+
+def test_dasks_chunk_cutter_takes_what_it_is_given() -> None:
+    """``dask.array._shuffle._calculate_new_chunksizes(input_chunks, new_chunks,
+    changeable_dimensions, maximum_chunk)``: private, called by position."""
+    from dask.array._shuffle import _calculate_new_chunksizes
+
+    assert list(inspect.signature(_calculate_new_chunksizes).parameters) == [
+        "input_chunks",
+        "new_chunks",
+        "changeable_dimensions",
+        "maximum_chunk",
+    ]
+    assert dask_model.cut_chunks(((20, 20), (50,)), {0}, 500) == [(10, 10, 10, 10), (50,)]
