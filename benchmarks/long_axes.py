@@ -46,6 +46,8 @@ CASES = {
     "1 Mb region, lazy": "lazy",
     "1 Mb region, chunks={}": "chunks",
     "1 Mb region, from_sporadik": "dask",
+    "1 Mb region, values alone": "zarr",
+    "1 Mb region, runs alone": "zarr",
     "10,000 positions, lazy": "lazy",
     "10,000 positions, chunks={}": "chunks",
     "10,000 positions, from_sporadik": "dask",
@@ -123,6 +125,8 @@ def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
     began = time.perf_counter()
     if route == "reference":
         import sporadik
+    elif route == "zarr":
+        import zarr
     else:  # the reading stack, imported lazily by the package, and sparse: the result's type
         import dask
         import dask.array  # from_sporadik's and chunks='s arrays; opening installs patches of it
@@ -147,6 +151,17 @@ def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
             with sporadik.open_store(store, axis=0) as reader:
                 _, found = reader.coords_at(key["sample"])
             return int(found.sum())
+        if route == "zarr":  # the region's values in the position layout, read by zarr alone:
+            # with the offsets at its ends, or with every position's (its runs)
+            layout = zarr.open_group(store, mode="r")["layouts/axis1"]
+            start, stop = key["pos"].start, key["pos"].stop
+            if case.endswith("runs alone"):
+                offsets = layout["indptr"][start : stop + 1]
+                low, high = int(offsets[0]), int(offsets[-1])
+            else:
+                low, high = (int(v) for v in layout["indptr"][[start, stop]])
+            layout["indices"][low:high]
+            return int(layout["data"][low:high].sum(dtype=np.int64))
         if what == "open":
             ds = xr.open_dataset(store, engine="sporadik")
             return len(ds.sizes)

@@ -79,7 +79,9 @@ def read_blocks(source: Any, chunks: Any, meta: Any, *, name: str, **kwargs: Any
     Each block is one call to ``source`` (dask's ``from_array``), unless the blocks cut an axis
     along which no layout the reads go through runs: a block of positions 0:10**8 of a genome,
     read through the layout of samples, reads every sample's whole run and keeps a 31st of it,
-    so 31 such blocks read every stored value 31 times. Then the blocks are read in *strips*:
+    so 31 such blocks read every stored value 31 times; or blocks of samples of a window that
+    narrows the positions alone, each of which would read the region's runs again. Then the
+    blocks are read in *strips*:
 
     1. A strip is whole along every such axis, and cut as ``chunks`` cut the other axes.
     2. One task reads a strip (one call to ``source``) and splits its values by block.
@@ -117,10 +119,12 @@ def _scanned(source: Any, chunks: tuple[tuple[int, ...], ...]) -> list[int]:
     """The axes of ``source`` cut into blocks that a read would not bracket: no layout the
     reads go through runs along them, or their blocks are too long to bracket
     (:data:`~sporadik_dask.planning.budgets.BRACKET_POSITIONS`) and another layout would be
-    read instead (:func:`~sporadik_dask.read.routing.candidates`)."""
+    read instead (:func:`~sporadik_dask.read.routing.candidates`), or the window is whole along
+    them and narrowed along the one axis whose runs its reads take (:func:`_runs_along`)."""
     from sporadik_dask.planning.budgets import BRACKET_POSITIONS
 
     layouts = layout_axes(source)
+    along = _runs_along(source, chunks, layouts)
     return [
         axis
         for axis, store_axis in enumerate(store_axes(source))
@@ -128,8 +132,34 @@ def _scanned(source: Any, chunks: tuple[tuple[int, ...], ...]) -> list[int]:
         and (
             store_axis not in layouts
             or (len(layouts) > 1 and max(chunks[axis]) > BRACKET_POSITIONS)
+            or (along is not None and axis != along and not _narrowed(source, axis))
         )
     ]
+
+
+def _runs_along(source: Any, chunks: tuple[tuple[int, ...], ...], layouts: set[int]) -> int | None:
+    """The one axis of a window that narrows the store along a layout, in blocks short enough to
+    bracket, if there is one: a read of the window whole along every other axis goes through
+    that layout's runs, and so does a block cut along another axis, each block reading every
+    run again (a region of a genome in blocks of samples: as many reads of it as blocks)."""
+    from sporadik_dask.planning.budgets import BRACKET_POSITIONS
+
+    narrowing = [
+        axis
+        for axis, store_axis in enumerate(store_axes(source))
+        if store_axis in layouts and _narrowed(source, axis)
+    ]
+    if len(narrowing) != 1 or max(chunks[narrowing[0]], default=0) > BRACKET_POSITIONS:
+        return None
+    return narrowing[0]
+
+
+def _narrowed(source: Any, axis: int) -> bool:
+    """Whether a window holds fewer positions along ``axis`` than its store axis has."""
+    if not isinstance(source, StoreWindow):
+        return False
+    reader, _ = beneath(source)
+    return bool(len(source.positions[axis]) < reader.shape[store_axes(source)[axis]])
 
 
 def store_axes(source: Any) -> list[int]:

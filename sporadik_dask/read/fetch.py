@@ -7,7 +7,7 @@ round trips of latency whatever its size. This is the reader's only I/O besides 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ from sporadik_dask.format.spec import check_indices
 from sporadik_dask.kernels.runs import copy_pieces, gather_runs
 from sporadik_dask.planning.budgets import BATCH_VALUES
 from sporadik_dask.read.routing import Brackets, run_chunks
-from sporadik_dask.read.selection import Positions, distinct
+from sporadik_dask.read.selection import Axis, as_array, distinct
 from sporadik_dask.store.chunks import read_joined, read_visited
 from sporadik_dask.store.describe import LayoutDescription
 
@@ -40,7 +40,7 @@ def _elements(
 
 
 def fetch_brackets(
-    requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Positions]],
+    requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Axis]],
     location: str,
     *,
     next_arrays: Sequence[zarr.Array[Any]] = (),
@@ -51,19 +51,31 @@ def fetch_brackets(
     chunks holding them are read, all requests in one batch. ``next_arrays`` (the layouts'
     ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
     known yet (:func:`~sporadik_dask.store.chunks.read_joined`), so wave two is ranges alone.
+    A ``range`` of step 1 (a region) is its stretch of ``indptr``, sliced: no array of its
+    positions, no gather.
     """
     fetches = []
     for layout, indptr, positions in requests:
         chunk = layout.chunks["indptr"]
-        ids = distinct(np.concatenate([positions // chunk, (positions + 1) // chunk]))
+        if _stretch(positions):
+            ids = np.arange(positions.start // chunk, positions.stop // chunk + 1, dtype=np.int64)
+        else:
+            held = as_array(positions)
+            ids = distinct(np.concatenate([held // chunk, (held + 1) // chunk]))
         fetches.append((indptr, ids))
     found = []
     for (layout, _, positions), (_, ids), table in zip(
         requests, fetches, read_joined(fetches, next_arrays=next_arrays), strict=True
     ):
         chunk = layout.chunks["indptr"]
-        lo = _elements(table, ids, chunk, positions).astype(np.int64)
-        hi = _elements(table, ids, chunk, positions + 1).astype(np.int64)
+        if _stretch(positions):
+            first = positions.start - int(ids[0]) * chunk if ids.size else 0
+            offsets = table[first : first + len(positions) + 1].astype(np.int64)
+            lo, hi = offsets[:-1], offsets[1:]
+        else:
+            held = as_array(positions)
+            lo = _elements(table, ids, chunk, held).astype(np.int64)
+            hi = _elements(table, ids, chunk, held + 1).astype(np.int64)
         if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
             raise LayoutError(
                 f"Layout {layout.path!r} in {location}: indptr names runs outside its "
@@ -73,6 +85,11 @@ def fetch_brackets(
             )
         found.append((lo, hi))
     return found
+
+
+def _stretch(positions: Axis) -> TypeGuard[range]:
+    """Whether positions are a non-empty ``range`` of step 1."""
+    return isinstance(positions, range) and positions.step == 1 and len(positions) > 0
 
 
 def fetch_runs(

@@ -32,6 +32,7 @@ from sporadik_dask.read.fetch import (
 )
 from sporadik_dask.read.routing import Brackets, Route, candidates, route
 from sporadik_dask.read.selection import (
+    Axis,
     Positions,
     Selection,
     as_array,
@@ -293,7 +294,7 @@ class StoreReader:
                 f"sporadik_dask.add_axis(store, {axis})."
             )
         axes = (axis,) if axis is not None else candidates(self.description, selection)
-        found = self.brackets([(layouts[a], as_array(selection.unique[a])) for a in axes])
+        found = self.brackets([(layouts[a], _bracketed(selection.unique[a])) for a in axes])
         chosen = route(self.description, dict(zip(axes, found, strict=True)))
         if axis is None:
             self._warn_if_scan(selection, chosen.layout.indexed_axis)
@@ -372,7 +373,7 @@ class StoreReader:
         return self._opened_store().layout_arrays(layout)
 
     @as_opened
-    def brackets(self, requests: list[tuple[LayoutDescription, Positions]]) -> list[Brackets]:
+    def brackets(self, requests: list[tuple[LayoutDescription, Axis]]) -> list[Brackets]:
         """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
         Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch; on a
@@ -509,3 +510,11 @@ class _Points:
 
     def __getitem__(self, key: Any) -> Any:
         return mark_read(self._reader.read_points(key))
+
+
+def _bracketed(positions: Axis) -> Axis:
+    """Positions as wave one takes them: a ``range`` of step 1 as it is (its stretch of
+    ``indptr``, sliced), anything else as an array."""
+    if isinstance(positions, range) and positions.step == 1:
+        return positions
+    return as_array(positions)

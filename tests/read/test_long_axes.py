@@ -423,3 +423,56 @@ def test_a_stored_coordinate_left_out_by_drop_variables_is_not_read(tmp_path: Pa
     assert not [key for key in store.reads if key.startswith("coords/pos/c")], store.reads
     kept = open_dataset(RecordingStore(LocalStore(tmp_path / "s.zarr", read_only=True)))
     assert kept["pos"].values[-1] == 999**2
+
+
+#: A store short enough for zarr chunks of 8 elements (its ``indptr`` too), and a region of it.
+REGION_STORE_LENGTH = 20_000
+REGION = slice(10_000, 10_100)
+
+
+@pytest.fixture(scope="module")
+def recorded_both(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Both layouts behind a store recording every key read: many samples, each holding values
+    along the whole axis, and a region whose runs in the position layout fill a few small
+    chunks, so a block of samples reads the region through the position layout."""
+    from zarr.storage import LocalStore
+
+    from tests.helpers import RecordingStore
+
+    rng = np.random.default_rng(3)
+    samples, per_sample, length = 16, 40, REGION_STORE_LENGTH
+    rows = np.repeat(np.arange(samples), per_sample)
+    positions = np.concatenate(
+        [np.sort(rng.choice(length, per_sample, replace=False)) for _ in range(samples)]
+    )
+    positions[::8] = REGION.start + rng.integers(0, 100, positions[::8].size)  # the region's
+    cells = np.unique(rows.astype(np.int64) * length + positions)
+    rows, positions = cells // length, cells % length
+    x = sparse.COO(np.stack([rows, positions]), np.arange(1, rows.size + 1), shape=(16, length))
+    path = tmp_path_factory.mktemp("long") / "both.zarr"
+    sd.to_sporadik(x, path, axes=(0, 1), chunk=8)
+    return RecordingStore(LocalStore(path, read_only=True)), x
+
+
+def test_a_region_in_blocks_of_samples_reads_each_run_of_the_position_layout_once(
+    recorded_both: Any,
+) -> None:
+    """A block of samples reads the region through its samples' whole rows, or through the
+    position layout's runs, again for every block: the region is read once, by its runs."""
+    from tests.helpers import open_dataset
+
+    recording, x = recorded_both
+    region = REGION
+    with warnings.catch_warnings():  # blocks that cut the store's zarr chunks: as asked
+        warnings.simplefilter("ignore", UserWarning)
+        dataset = open_dataset(recording, chunks={"dim_0": 2})
+    (variable,) = dataset.data_vars.values()
+    recording.reads.clear()
+    with dask.config.set(scheduler="synchronous"):
+        picked = variable.isel(dim_1=region).data
+        assert len(picked.chunks[0]) == 8
+        got = picked.compute()
+    np.testing.assert_array_equal(got.todense(), x[:, region].todense())
+    reads = run_reads(recording)
+    assert reads and all("axis1" in key for key in reads)
+    assert len(reads) == len(set(reads))
