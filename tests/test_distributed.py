@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 import sparse
 import sporadik
+from dask.utils import key_split
 from distributed import Client, get_task_stream
 
 import sporadik_dask as sd
+from sporadik_dask.read.blocks import StoreWindow
+from sporadik_dask.read.dask_model import graph_names, source_of
 from tests.helpers import S3Bucket, logged_dense, logged_input, random_dense, reads_logged
 
 #: A cluster of worker processes in every test: slow.
@@ -157,10 +160,13 @@ def test_a_cluster_reads_stepped_and_listed_selections_of_from_sporadik(
     dense = random_dense(np.random.default_rng(4), (40, 30), 0.3)
     sd.to_sporadik(dense, tmp_path / "s.zarr", chunk=16)
     x = sd.from_sporadik(tmp_path / "s.zarr", chunks=(10, 30))
+    selections = [x[None:2:-3], x[:, [29, 2, 2]]]
     with get_task_stream(client) as stream:
-        stepped, listed = client.compute([x[None:2:-3], x[:, [29, 2, 2]]], sync=True)
+        stepped, listed = client.compute(selections, sync=True)
     # the workers read windows of the store (a reader and positions, pickled as a location)
-    assert any(str(task["key"]).startswith("('sporadik-read-") for task in stream.data)
+    assert all(isinstance(source_of(selection), StoreWindow) for selection in selections)
+    names = set().union(*(graph_names(selection) for selection in selections))
+    assert any(key_split(task["key"]) in names for task in stream.data)
     np.testing.assert_array_equal(stepped.todense(), dense[None:2:-3])
     np.testing.assert_array_equal(listed.todense(), dense[:, [29, 2, 2]])
 

@@ -27,6 +27,7 @@ from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.kernels.gram import add_gram, add_outer, diagonal, packed_size, unpacked
 from sporadik_dask.kernels.runs import kept_of_runs
 from sporadik_dask.read.blocks import reader_of
+from sporadik_dask.read.dask_model import delayed_blocks, from_delayed
 from sporadik_dask.reduce.elementwise import Steps, evaluate
 
 __all__ = ["CoMoments", "Components", "Read", "pca"]
@@ -227,7 +228,7 @@ class _Pieces(NamedTuple):
         steps = Steps((), np.dtype(data.dtype), np.dtype(data.dtype))
         if read.numblocks[1 - axis] > 1:
             read = read.rechunk({1 - axis: -1}, method="tasks")
-        blocks = read.to_delayed()
+        blocks = delayed_blocks(read)
         blocks = blocks[:, 0] if axis == 0 else blocks[0, :]
         loads = [(block_parts, block, steps, axis, columns) for block in blocks]
         return cls(loads, list(read.chunks[axis]))
@@ -273,8 +274,8 @@ class _Pieces(NamedTuple):
                 block = project_parts(found, parts, np.empty((cells, comps), dtype=dtype))
                 blocks.append(da.from_array(block, chunks=-1))
                 continue
-            shape = (cells, comps)
-            blocks.append(da.from_delayed(project(axes, dtype, *load), shape=shape, dtype=dtype))
+            meta = np.empty((0, 0), dtype=dtype)
+            blocks.append(from_delayed(project(axes, dtype, *load), (cells, comps), meta))
         return da.concatenate(blocks, axis=0)
 
 

@@ -16,6 +16,9 @@ in an outer product or a scaling, or a short axis summed) stays sparse, as does 
 (batch dims, both operands sparse or both dense, a fill value that is not 0): xarray's own.
 ``dask.config`` ``sporadik.pushdown: False`` hands every product back. A product of three or more
 operands is xarray's too: ``xr.dot(xr.dot(X, W), v)`` takes the route above, one at a time.
+Under dask's expression model, which has no ``einsum``, a product of a store's dask read that
+xarray would hand to dask's is built as the graph model's ``einsum`` builds it
+(:mod:`~sporadik_dask.backend.einsum`), with ``sporadik.pushdown`` on or off.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
+import dask.array as da
 import numpy as np
 
+from sporadik_dask.backend.einsum import einsum_of_blocks, parse_subscripts
 from sporadik_dask.backend.ours import is_read
+from sporadik_dask.read.dask_model import EXPRESSIONS
 
 __all__ = ["contract", "contracting"]
 
@@ -38,30 +44,41 @@ SUMMED_UNDER_DASK = 64
 
 def contracting(original: Callable[..., Any]) -> Callable[..., Any]:
     """xarray's ``einsum``, with a product of a store's sparse data and a dense operand taken
-    by :func:`contract`; every other ``einsum`` unchanged."""
+    by :func:`contract`; under dask's expression model, any other product of a store's dask read
+    by :func:`~sporadik_dask.backend.einsum.einsum_of_blocks`; every other ``einsum``
+    unchanged."""
 
     @functools.wraps(original)
     def einsum(*args: Any, **kwargs: Any) -> Any:
-        if (
-            kwargs
-            or len(args) != 3
-            or not (is_read(args[1]) or is_read(args[2]))  # another's product: einsum's own
-            or not isinstance(args[0], str)
-            or not dask.config.get("sporadik.pushdown", True)
-        ):
+        if not any(is_read(operand) for operand in args[1:]):  # another's product: einsum's own
             return original(*args, **kwargs)
-        subscripts, left, right = args
-        axes = _tensordot_axes(subscripts, left.ndim, right.ndim)
-        kinds = (_kind(left), _kind(right))
-        if axes is None or kinds[0] == kinds[1] or "other" in kinds:
-            return original(*args, **kwargs)
-        sparse_side = (left, axes.left) if kinds[0] == "sparse" else (right, axes.right)
-        if not _denser_than_summed(*sparse_side):
-            return original(*args, **kwargs)
-        product = contract(left, right, axes)
-        return product if _in_order(axes.order) else product.transpose(axes.order)
+        if not kwargs and len(args) == 3 and dask.config.get("sporadik.pushdown", True):
+            product = _as_matrix_product(*args)
+            if product is not None:
+                return product
+        if EXPRESSIONS and any(isinstance(operand, da.Array) for operand in args[1:]):
+            parsed = parse_subscripts(args[0], [_ndim(operand) for operand in args[1:]])
+            if parsed is not None:
+                return einsum_of_blocks(*parsed, args[1:], **kwargs)
+        return original(*args, **kwargs)
 
     return einsum
+
+
+def _as_matrix_product(subscripts: Any, left: Any, right: Any) -> Any:
+    """``einsum(subscripts, left, right)`` by :func:`contract`, or None where that is not a
+    product of one sparse and one dense operand whose dense result is no larger."""
+    if not isinstance(subscripts, str):
+        return None
+    axes = _tensordot_axes(subscripts, left.ndim, right.ndim)
+    kinds = (_kind(left), _kind(right))
+    if axes is None or kinds[0] == kinds[1] or "other" in kinds:
+        return None
+    sparse_side = (left, axes.left) if kinds[0] == "sparse" else (right, axes.right)
+    if not _denser_than_summed(*sparse_side):
+        return None
+    product = contract(left, right, axes)
+    return product if _in_order(axes.order) else product.transpose(axes.order)
 
 
 class _Axes:
@@ -142,6 +159,12 @@ def _denser_than_summed(array: Any, summed: Sequence[int]) -> bool:
     if not isinstance(nnz, (int, np.integer)):  # dask blocks
         return positions >= SUMMED_UNDER_DASK
     return int(nnz) * positions >= int(np.prod(array.shape, dtype=np.int64))
+
+
+def _ndim(array: Any) -> int:
+    """The operand's rank, not asked of numpy (the expression model's arrays refuse NEP-18)."""
+    ndim = getattr(array, "ndim", None)
+    return int(ndim) if ndim is not None else int(np.ndim(array))
 
 
 def _in_order(axes: Sequence[int]) -> bool:

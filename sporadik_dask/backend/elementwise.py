@@ -41,6 +41,7 @@ from sporadik_dask.reduce.elementwise import (
 __all__ = [
     "Recorded",
     "chunking_first",
+    "chunking_in_order",
     "chunking_unary",
     "recorded",
     "recording",
@@ -297,6 +298,27 @@ def chunking_first(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def broadcast_compat_data(variable: Any, *args: Any, **kwargs: Any) -> Any:
         return original(_as_read(variable), *(_as_read(a) for a in args), **kwargs)
+
+    return broadcast_compat_data
+
+
+def chunking_in_order(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``xarray.computation.apply_ufunc.broadcast_compat_data`` (a ufunc's operands, and
+    ``xr.dot``'s), as :func:`chunking_first`, with a store's dask read put first in the order the
+    function takes by its own ``transpose``: under dask's expression model, xarray's
+    ``duck_array_ops.transpose`` asks numpy, which that model's arrays refuse (NEP-18)."""
+
+    @functools.wraps(original)
+    def broadcast_compat_data(variable: Any, broadcast_dims: Any, core_dims: Any) -> Any:
+        from sporadik_dask.backend.ours import is_read_dask
+        from sporadik_dask.read.dask_model import EXPRESSIONS
+
+        variable = _as_read(variable)
+        if EXPRESSIONS and is_read_dask(variable._data):
+            order = (*(d for d in broadcast_dims if d in variable.dims), *core_dims)
+            if set(order) == set(variable.dims):
+                variable = variable.transpose(*order)
+        return original(variable, broadcast_dims, core_dims)
 
     return broadcast_compat_data
 

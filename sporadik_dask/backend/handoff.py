@@ -9,6 +9,7 @@ code's choices"). A lazily opened variable is read straight from a layout's runs
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -112,10 +113,12 @@ def _from_runs(reader: Any, positions: tuple[Any, Any], axes: tuple[int, int]) -
 
 def _from_bands(data: Any) -> sp.csr_matrix:
     """A dask array's bands of row blocks, each computed and converted in a task of its own
-    (the concatenation of a band's blocks is the only ``sparse.COO`` held), stacked."""
+    (the concatenation of a band's blocks is the only ``sparse.COO`` held), stacked. A band is
+    a slice along its blocks' bounds: dask's expression model has no ``.blocks``."""
     import dask
 
-    bands = [dask.delayed(_scipy)(data.blocks[i]) for i in range(data.numblocks[0])]
+    bounds = np.cumsum((0, *data.chunks[0]))
+    bands = [dask.delayed(_scipy)(data[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
     parts = dask.compute(*bands)
     if not parts:
         return sp.csr_matrix(data.shape, dtype=data.dtype)

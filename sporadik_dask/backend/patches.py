@@ -150,7 +150,7 @@ PATCHES: tuple[Patch, ...] = (
         "xarray.computation.apply_ufunc",
         "",
         "broadcast_compat_data",
-        _pushdown("elementwise.chunking_first"),
+        _pushdown("elementwise.chunking_in_order"),
     ),
     Patch(
         "xarray.core.dataarray", "DataArray", "_unary_op", _pushdown("elementwise.chunking_unary")

@@ -333,8 +333,9 @@ def run_demo(args: argparse.Namespace) -> None:
     chunked = xr.open_dataset(args.output, engine="sporadik", chunks={})[counts.name]
     per_cell = chunked.sum("gene").compute()
     same = np.allclose(per_cell.values, counts.sporadik.totals("cell"))
+    largest = tuple(max(sizes) for sizes in chunked.data.chunks)  # either dask model's arrays
     print(
-        f"with chunks={{}}: a dask array, chunks {chunked.data.chunksize} of "
+        f"with chunks={{}}: a dask array, chunks {largest} of "
         f"{type(chunked.data._meta).__name__}; a sum per cell gives a "
         f"{type(per_cell.data).__name__} {per_cell.shape}, {'equal' if same else 'NOT equal'} "
         "to the totals per cell"

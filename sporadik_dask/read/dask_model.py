@@ -17,7 +17,11 @@ asks what is beneath them only through this module, so both models give the same
    :func:`read_graph` registers a read made of tasks of its own the same way;
 4. the names beneath an array (:func:`names_beneath`): its graph's layers, or its expression's
    operands;
-5. a tree reduction with a meta of its result (:func:`reduction`).
+5. a tree reduction with a meta of its result (:func:`reduction`);
+6. an array's blocks as ``dask.delayed`` values (:func:`delayed_blocks`), which the expression
+   model's arrays lack (``to_delayed``);
+7. chunks cut smaller where an operation would grow its blocks (:func:`cut_chunks`), as dask's
+   own ``einsum`` and overlaps cut them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ __all__ = [
     "EXPRESSIONS",
     "blocks_of",
     "blocks_of_arrays",
+    "cut_chunks",
+    "delayed_blocks",
     "from_delayed",
     "from_graph",
     "graph_names",
@@ -109,6 +115,41 @@ def blocks_of(x: da.Array) -> tuple[HighLevelGraph, str]:
         first = first[0]
     blocks = str(first[0])
     return HighLevelGraph.from_collections(blocks, dict(x.__dask_graph__()), []), blocks
+
+
+def delayed_blocks(x: da.Array) -> Any:
+    """``x``'s blocks as ``dask.delayed`` values, in an object array of ``x.numblocks``:
+    dask's ``to_delayed``, or, in the expression model, which lacks it, the blocks of the
+    lowered graph (:func:`blocks_of`)."""
+    import numpy as np
+
+    if not EXPRESSIONS:
+        return x.to_delayed()
+    from dask.delayed import Delayed
+
+    graph, name = blocks_of(x)
+    blocks = np.empty(x.numblocks, dtype=object)
+    for index in np.ndindex(*x.numblocks):
+        blocks[index] = Delayed((name, *index), graph, layer=name)
+    return blocks
+
+
+def cut_chunks(
+    chunks: Sequence[tuple[int, ...]], axes: set[int], largest: float
+) -> list[tuple[int, ...]]:
+    """``chunks`` with the chunks along ``axes`` split so that a block holds about ``largest``
+    elements at most: dask's private ``_calculate_new_chunksizes``, which its graph model's
+    ``einsum`` and its expression model's overlaps call."""
+    from dask.array._shuffle import _calculate_new_chunksizes
+
+    # annotated int, but dask's einsum passes its quotient, a float, as this does
+    cut: list[tuple[int, ...]] = _calculate_new_chunksizes(
+        tuple(chunks),
+        list(chunks),
+        set(axes),
+        largest,  # type: ignore[arg-type]
+    )
+    return cut
 
 
 def reduction(x: da.Array, chunk: Any, aggregate: Any, *, meta: Any, **kwargs: Any) -> da.Array:

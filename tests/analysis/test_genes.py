@@ -12,7 +12,7 @@ import pytest
 
 import sporadik_dask as sd
 from sporadik_dask.format.errors import SporadikError
-from tests.analysis.conftest import MODES, opened
+from tests.analysis.conftest import MODES, STEPS_RECORDED, opened
 
 # the small chunks split the store's zarr chunks on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The specified chunks separate")
@@ -70,6 +70,7 @@ def test_a_selection_of_cells_takes_xarrays_mean_and_variance_and_equals_scanpys
     _equal(got, expected)
 
 
+@STEPS_RECORDED
 def test_the_mean_and_variance_per_gene_are_one_pass_over_the_store(
     counts_store: tuple[Path, Any], log_normalized: Any
 ) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import sporadik_dask as sd
 from sporadik_dask.format.errors import SporadikError, StoreReplacedError
-from tests.analysis.conftest import MODES, opened
+from tests.analysis.conftest import MODES, STEPS_RECORDED, opened
 
 # the small chunks split the store's zarr chunks on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:The specified chunks separate")
@@ -38,7 +38,7 @@ def _equal_up_to_sign(got: Any, selected: Any) -> None:
     signs = np.sign(np.sum(components * theirs, axis=1))
     np.testing.assert_allclose(components, theirs * signs[:, None], atol=1e-4)
     assert list(got["gene"].values) == list(selected.var_names)
-    projected = got["X_pca"].values
+    projected = got["X_pca"].compute().values
     assert projected.dtype == np.float32
     np.testing.assert_allclose(projected, selected.obsm["X_pca"] * signs, atol=1e-4)
 
@@ -75,9 +75,10 @@ def test_pca_of_every_gene_equals_numpys_on_the_dense_matrix_by_either_eigensolv
     components = got["components"].values
     signs = np.sign(np.sum(components * axes, axis=1))
     np.testing.assert_allclose(components, axes * signs[:, None], atol=1e-6)
-    np.testing.assert_allclose(got["X_pca"].values, centered @ axes.T * signs, atol=1e-5)
+    np.testing.assert_allclose(got["X_pca"].compute().values, centered @ axes.T * signs, atol=1e-5)
 
 
+@STEPS_RECORDED
 @pytest.mark.parametrize("held", ["none", "about half", "all"])
 def test_pca_of_many_spans_in_many_pieces_equals_scanpys(
     counts_store: tuple[Path, Any],

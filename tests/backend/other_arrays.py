@@ -217,8 +217,8 @@ _USES: dict[str, Callable[[xr.DataArray], Any]] = {
 }
 
 #: What dask's expression model (``array.query-planning``) lacks for every dask array under
-#: xarray (``einsum``, ``result_type``, ``broadcast_to``): left out of a store's use there.
-_EXPRESSIONS_LACK = frozenset({"xr.dot", "concat", "expand_dims"})
+#: xarray (``result_type``, ``broadcast_to``): left out of a store's use there.
+_EXPRESSIONS_LACK = frozenset({"concat", "expand_dims"})
 
 
 def use_sporadik(store: str) -> None:

@@ -14,16 +14,10 @@ import sparse
 import xarray as xr
 
 import sporadik_dask as sd
-from sporadik_dask.read.dask_model import EXPRESSIONS
 from tests.helpers import random_dense
 
 CHUNKS = [None, {}, {"cell": 9}, {"cell": 9, "gene": 7}]
 CHUNK_IDS = ["lazy", "chunks={}", "chunks=9", "chunks=9x7"]
-
-#: Why products left to xarray are not tested under dask's expression model: xarray's einsum and
-#: transpose of any dask array go through NEP-18, which that model lacks (a lazily opened
-#: variable's products act on its dask read too).
-XARRAYS_EINSUM = "xarray's einsum of any dask array meets what dask's expression model lacks"
 
 
 @pytest.fixture(scope="module", params=[(2, np.int32), (3, np.float32)], ids=["rank2", "rank3"])
@@ -90,7 +84,6 @@ def test_a_selection_times_dense_keeps_its_labels_and_order(
     np.testing.assert_allclose(_values(result), expected, rtol=1e-5)
 
 
-@pytest.mark.skipif(EXPRESSIONS, reason=XARRAYS_EINSUM)
 @pytest.mark.parametrize("chunks", CHUNKS[:3], ids=CHUNK_IDS[:3])
 def test_dot_that_are_not_one_sparse_times_one_dense_stay_xarrays(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any
@@ -143,7 +136,6 @@ def test_sporadik_pushdown_false_hands_the_product_back_to_xarray(
     np.testing.assert_allclose(result.todense(), expected, rtol=1e-5)
 
 
-@pytest.mark.skipif(EXPRESSIONS, reason=XARRAYS_EINSUM)
 @pytest.mark.parametrize("chunks", CHUNKS[:2], ids=CHUNK_IDS[:2])
 def test_a_product_whose_dense_result_would_outgrow_the_sparse_one_stays_sparse(
     store: tuple[Path, npt.NDArray[Any]], chunks: Any
@@ -165,3 +157,53 @@ def test_a_product_whose_dense_result_would_outgrow_the_sparse_one_stays_sparse(
         data = data.compute() if hasattr(data, "compute") else data
         assert isinstance(data, sparse.COO), type(data)
         np.testing.assert_allclose(data.todense(), expected, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def few_genes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, npt.NDArray[Any]]:
+    """A store of 60 cells x 50 genes: a sum over genes is short under dask."""
+    dense = random_dense(np.random.default_rng(5), (60, 50), 0.1, np.float32)
+    path = tmp_path_factory.mktemp("p") / "s.zarr"
+    sd.to_sporadik(
+        xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene"), name="x"), path
+    )
+    return path, dense
+
+
+@pytest.mark.parametrize("chunks", CHUNKS, ids=CHUNK_IDS)
+def test_a_product_summing_a_short_axis_is_sparse_in_either_of_dasks_models(
+    few_genes: tuple[Path, npt.NDArray[Any]], chunks: Any
+) -> None:
+    """Under dask's expression model, which has no ``einsum``, the product is built as the
+    graph model's ``einsum`` builds it: the same sparse blocks and values."""
+    path, dense = few_genes
+    x = _open(path, chunks)
+    weights = np.random.default_rng(0).standard_normal((dense.shape[1], 4))
+    loadings = xr.DataArray(weights, dims=("gene", "k"))
+    for result in (xr.dot(x, loadings, dim="gene"), x @ loadings, xr.dot(loadings, x)):
+        data = result.data
+        assert isinstance(data._meta, sparse.COO), type(data._meta)
+        computed = data.compute()
+        assert isinstance(computed, sparse.COO), type(computed)
+        expected = np.einsum("cg,gk->ck", dense, weights)
+        got = computed.todense()
+        np.testing.assert_allclose(got if result.dims[0] == "cell" else got.T, expected, rtol=1e-5)
+
+
+def test_a_chunked_product_handed_back_by_pushdown_false_is_made_in_either_of_dasks_models(
+    store: tuple[Path, npt.NDArray[Any]],
+) -> None:
+    """The switch hands the product to dask's ``einsum``, which the expression model lacks:
+    there it is built as the graph model's is, the same sparse blocks and values."""
+    import dask
+
+    path, dense = store
+    x = _open(path, {"cell": 9})
+    weights = xr.DataArray(np.arange(float(dense.shape[1])), dims=("gene",))
+    with dask.config.set({"sporadik.pushdown": False}):
+        result = xr.dot(x, weights).data
+    assert isinstance(result._meta, sparse.COO), type(result._meta)
+    computed = result.compute()
+    assert isinstance(computed, sparse.COO), type(computed)
+    expected = np.einsum("cg...,g->c...", dense, weights.values)
+    np.testing.assert_allclose(computed.todense(), expected, rtol=1e-5)

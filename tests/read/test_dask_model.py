@@ -89,3 +89,27 @@ def test_blocks_of_several_arrays_are_held_by_one_graph() -> None:
     joined = dask_model.on_blocks("both", layer, graph)
     x = dask_model.from_graph(joined, "both", ((3, 3),), np.empty(0))
     np.testing.assert_array_equal(x.compute(), np.arange(6) * 11)
+
+
+def test_an_arrays_blocks_are_delayed_values_of_its_blocks() -> None:
+    x = (da.from_array(np.arange(12).reshape(3, 4), chunks=(3, 2)) + 1).rechunk((2, 3))
+    blocks = dask_model.delayed_blocks(x)
+    assert blocks.shape == x.numblocks == (2, 2)
+    computed = dask.compute(*blocks.ravel())
+    for (i, j), block in zip(np.ndindex(*x.numblocks), computed, strict=True):
+        expected = np.arange(1, 13).reshape(3, 4)[2 * i : 2 * i + 2, 3 * j : 3 * j + 3]
+        np.testing.assert_array_equal(block, expected)
+
+
+def test_dasks_chunk_cutter_takes_what_it_is_given() -> None:
+    """``dask.array._shuffle._calculate_new_chunksizes(input_chunks, new_chunks,
+    changeable_dimensions, maximum_chunk)``: private, called by position."""
+    from dask.array._shuffle import _calculate_new_chunksizes
+
+    assert list(inspect.signature(_calculate_new_chunksizes).parameters) == [
+        "input_chunks",
+        "new_chunks",
+        "changeable_dimensions",
+        "maximum_chunk",
+    ]
+    assert dask_model.cut_chunks(((20, 20), (50,)), {0}, 500) == [(10, 10, 10, 10), (50,)]
