@@ -286,6 +286,25 @@ def test_tasks_of_an_add_axis_whose_store_was_replaced_write_nothing_into_the_ne
     sd.validate(path)
 
 
+def test_an_add_axis_whose_store_was_replaced_by_another_dtype_is_refused_by_name(
+    tmp_path: Path,
+) -> None:
+    """The pending ``add_axis`` read its source layout once while planning; the store is then
+    overwritten with int64 values of another count: read through what it opened then, zarr's
+    own ``cannot reshape`` came out, not why."""
+    _, x = _input(7)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(x, path, chunk=64, axes=(0,))
+    stale = sd.add_axis(path, 1, chunk=64, compute=False)
+    other = sparse.random(x.shape, density=0.3, random_state=5) * 100
+    sd.to_sporadik(other.astype(np.int64), path, chunk=64, axes=(0,), overwrite=True)
+    with pytest.raises(sd.SporadikError, match=r"changed after this write was planned|no longer"):
+        dask.get(dict(stale.__dask_graph__()), stale.__dask_keys__())
+    np.testing.assert_array_equal(
+        sd.from_sporadik(path).compute().todense(), other.astype(np.int64).todense()
+    )
+
+
 def test_a_crash_during_overwrite_never_shows_the_old_block_over_new_chunks(
     tmp_path: Path,
 ) -> None:

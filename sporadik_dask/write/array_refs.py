@@ -100,6 +100,17 @@ class ArrayRef:
         """The array, opened in this process once and kept, refused if it changed since."""
         return _open(self)
 
+    def check_unchanged(self) -> None:
+        """Refuse the array if its ``zarr.json`` differs now from when the write was planned.
+
+        What this process keeps open was checked once, when opened: a store overwritten since
+        (another dtype, another length) is read through the kept metadata, and zarr's own error
+        (``cannot reshape array``) would not say why. Asked when reading a kept array fails.
+        """
+        array = zarr.open_array(store=self.store, path=self.path, mode="r", zarr_format=3)
+        if _digest(array) != self.metadata:
+            raise _changed(self)
+
     def __dask_tokenize__(self) -> tuple[str, str, str]:
         return (self.location, self.path, self.metadata)
 
@@ -114,9 +125,14 @@ def _digest(array: zarr.Array[Any]) -> str:
 def _open(ref: ArrayRef) -> zarr.Array[Any]:
     array = zarr.open_array(store=ref.store, path=ref.path, mode="r+", zarr_format=3)
     if _digest(array) != ref.metadata:
-        raise SporadikError(
-            f"The array {ref.path!r} in {ref.location} changed after this write was planned (its "
-            "zarr.json differs); writing into it would mix two layouts' chunks. Build the write "
-            "again, and give each pending write its own store."
-        )
+        raise _changed(ref)
     return array
+
+
+def _changed(ref: ArrayRef) -> SporadikError:
+    return SporadikError(
+        f"The array {ref.path!r} in {ref.location} changed after this write was planned (its "
+        "zarr.json differs); writing into it would mix two layouts' chunks, and reading it would "
+        "take another store's values. Build the write again, and give each pending write its "
+        "own store."
+    )

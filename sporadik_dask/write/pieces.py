@@ -149,6 +149,11 @@ def _elements(array: ArrayRef, lo: int, hi: int) -> npt.NDArray[Any]:
     alike."""
     try:
         return np.asarray(array.open()[lo:hi])
+    except SporadikError:
+        raise
+    except ValueError:  # what zarr raises reading a store changed under the kept metadata
+        array.check_unchanged()
+        raise
     except OSError as failed:
         if isinstance(failed, SporadikError):
             raise
