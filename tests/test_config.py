@@ -51,6 +51,7 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     assert defaults["dense-result-cells"] == DENSE_RESULT_CELLS
     assert defaults["dense-partials-bytes"] == budgets.DENSE_PARTIALS_BYTES
     assert defaults["selection-read-values"] == budgets.SELECTION_READ_VALUES
+    assert defaults["group-table-bytes"] == budgets.GROUP_TABLE_BYTES
     assert all(defaults[k] is True for k in ("patches", "pushdown", "join-in-order"))
     assert defaults["decode-threads"] is None  # the cores
 

@@ -176,6 +176,7 @@ def _add_runs(
     indices: Any,
     extent: int,
     lookup: Any,
+    offset: int,
     stride: int,
     values: Any,
     skipna: bool,
@@ -196,7 +197,8 @@ def _add_runs(
             if index < 0 or index >= extent:
                 return i  # a stored index past its axis: stop before writing elsewhere
             if lookup.size:
-                index = lookup[index]
+                at = index - offset
+                index = lookup[at] if 0 <= at < lookup.size else -1
                 if index < 0:  # a value in no group
                     i += 1
                     continue
@@ -230,6 +232,7 @@ def add_runs(
     *,
     extent: int,
     lookup: npt.NDArray[Any],
+    offset: int = 0,
     skipna: bool,
     total: npt.NDArray[Any],
     moments: tuple[npt.NDArray[np.int64], npt.NDArray[Any], npt.NDArray[Any]],
@@ -240,7 +243,9 @@ def add_runs(
     ``total``, its count, mean and sum of squared deviations into ``moments`` (by Welford's
     update; any may be empty: not wanted), a NaN counted in
     ``nans`` (and left out of the sums under ``skipna``). A non-empty ``lookup`` maps each index
-    first (a position to its group, -1: nowhere), so the index is the grouped axis's position.
+    first (a position to its group, -1: nowhere), so the index is the grouped axis's position:
+    it holds the groups of positions ``offset`` on (a window of the axis), and a position
+    outside it is in no group.
 
     Values add in the order they come, in the accumulators' dtype, so the sums equal a
     ``bincount`` of the same values. ``indices`` may be of any signed integer dtype, as stored:
@@ -250,8 +255,9 @@ def add_runs(
     """
     try:
         bad = _add_runs(
-            bases, lengths, indices, extent, lookup, stride, values, skipna, total, *moments, nans
-        )
+            bases, lengths, indices, extent, lookup, offset, stride, values, skipna, total,
+            *moments, nans,
+        )  # fmt: skip
     except LACKS_DTYPE:
         return False
     if bad >= 0:

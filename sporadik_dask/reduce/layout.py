@@ -68,9 +68,10 @@ class Affine(NamedTuple):
 def affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> Affine | None:
     """How each value's dense output cell follows from its run and index, when it is affine
     in them: the case :func:`kernels.add_runs` adds in one pass, with no per-value coordinates
-    built. None otherwise (another axis reduced, an index over several axes one of which is
-    grouped, or grouped with no table to look up: a selection of a genome's positions; a ravel
-    order the output's does not share), and for dtypes or ops the kernel does not take."""
+    built (a grouped index's positions looked up in a table of their groups, or in a window of
+    it: :class:`~sporadik_dask.reduce.codes.CodeWindows`). None otherwise (another axis
+    reduced, an index over several axes one of which is grouped, a ravel order the output's
+    does not share), and for dtypes or ops the kernel does not take."""
     if (
         dtype.kind not in "biuf"
         or op in ("max", "min")
@@ -83,10 +84,8 @@ def affine(op: Op, target: Target, layout: Any, dtype: np.dtype[Any]) -> Affine 
     stride = {a: math.prod(out[p + 1 :]) for p, a in enumerate(target.kept)}
     if target.kept in ((), (layout.indexed_axis,)):  # the run alone says where a value lands
         return Affine(stride.get(layout.indexed_axis, 0), 0)
-    grouping = target.grouping
-    grouped = grouping.axis if grouping is not None else None
-    tabled = grouping is not None and grouping.lookup is not None
-    if tuple(layout.index_order) == (grouped,) and grouped in stride and tabled:
+    grouped = target.grouping.axis if target.grouping is not None else None
+    if tuple(layout.index_order) == (grouped,) and grouped in stride:
         return Affine(stride.get(layout.indexed_axis, 0), stride[grouped], grouped=True)
     index_strides = [math.prod(layout.index_shape[p + 1 :]) for p in range(len(layout.index_order))]
     others = [

@@ -13,6 +13,7 @@ import numpy.typing as npt
 from sporadik_dask.format.spec import check_indices
 from sporadik_dask.kernels.groups import add_runs
 from sporadik_dask.kernels.regions import Regions
+from sporadik_dask.reduce.codes import CodeWindows
 from sporadik_dask.reduce.disjoint import Disjoint
 from sporadik_dask.reduce.fields import Fields, Op, merge_into, result_dtype
 from sporadik_dask.reduce.layout import affine, index_coords, layout_for
@@ -57,11 +58,10 @@ def store_fields(
     fetch = Fetch(reader, layout, lo, hi, runs_only=target.kept == (axis,), as_stored=as_stored)
     batches = batch_bounds(lo, hi, _bytes_per_value(reader, layout, fetch))
 
-    lookup = np.zeros(0, np.int8)
     grouping = target.grouping
-    table = None if grouping is None else grouping.lookup
-    if strides is not None and strides.grouped and grouping is not None and table is not None:
-        lookup = table.astype(np.min_scalar_type(-max(grouping.size, 1)))  # narrow, for the cache
+    windows = None
+    if strides is not None and strides.grouped and grouping is not None:
+        windows = CodeWindows(grouping)
 
     none_stored = np.zeros(0, np.int64)
     moments = (
@@ -70,15 +70,24 @@ def store_fields(
         else (none_stored, empty, empty)
     )
 
-    def add(bases: Any, lengths: Any, indices: Any, stride: int, values: Any) -> bool:
+    def add(
+        bases: Any,
+        lengths: Any,
+        indices: Any,
+        stride: int,
+        values: Any,
+        window: tuple[Any, int] = (np.zeros(0, np.int8), 0),
+        extent: int = layout.extent,
+    ) -> bool:
         return add_runs(
             bases,
             lengths,
             indices,
             stride,
             values,
-            extent=layout.extent,
-            lookup=lookup,
+            extent=extent,
+            lookup=window[0],
+            offset=window[1],
             skipna=skipna,
             total=fields.get("total", empty),
             moments=moments,
@@ -95,7 +104,17 @@ def store_fields(
                 positions = target.grouping.groups(positions)  # type: ignore[union-attr]
             bases = np.where(positions >= 0, positions * run_stride, -1)
             lengths = hi[a:b] - lo[a:b]
-            add(bases, lengths, none if indices is None else indices, index_stride, values)
+            if windows is None:
+                add(bases, lengths, none if indices is None else indices, index_stride, values)
+                continue
+            window = windows.covering(indices)
+            if window is not None:
+                add(bases, lengths, indices, index_stride, values, window)
+                continue
+            # read as stored, unchecked: each index is checked before its group is found
+            check_indices(indices, layout.extent, f"Layout {layout.path!r} in {reader.location}")
+            lengths, codes, values = windows.in_groups(lengths, indices, values)
+            add(bases, lengths, codes, index_stride, values, extent=windows.grouping.size)
         return fields
     for a, b, (indices, values) in ahead(fetch, batches):
         coords = index_coords(len(reader.shape), layout, indices)

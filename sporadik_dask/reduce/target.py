@@ -18,7 +18,16 @@ __all__ = [
     "Grouping",
     "Picked",
     "Target",
+    "group_table_bytes",
 ]
+
+
+def group_table_bytes() -> int:
+    """Bytes of int64 up to which a selection's positions are a table of the axis's codes
+    (``sporadik.group-table-bytes``), and of narrowed codes a window of it holds."""
+    import dask.config
+
+    return int(dask.config.get("sporadik.group-table-bytes", GROUP_TABLE_BYTES))
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,55 @@ class Picked:
         found[hit] = self.codes[place[hit]]
         return found
 
+    def within(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """The first and last position picked from ``lo`` to ``hi``; None when none is."""
+        first, last = self._places(lo, hi)
+        if first >= last:
+            return None
+        ends = int(self.positions[first]), int(self.positions[last - 1])
+        return min(ends), max(ends)
+
+    def _places(self, lo: int, hi: int) -> tuple[int, int]:
+        """The places ``first:last`` among ``positions`` of those from ``lo`` to ``hi``."""
+        positions = self.positions
+        if isinstance(positions, range):
+            return _inside(positions, lo, hi)
+        first, last = np.searchsorted(positions, [lo, hi + 1])
+        return int(first), int(last)
+
+    def window(self, lo: int, hi: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """The group of each position ``lo`` to ``hi`` (-1: none), in ``dtype``: a window of a
+        table of the axis, made from the picked positions inside it (found by arithmetic on a
+        range, by two binary searches of sorted positions), so it costs what the window holds."""
+        table = np.full(hi - lo + 1, -1, dtype=dtype)
+        first, last = self._places(lo, hi)
+        if first >= last:
+            return table
+        inside = self.positions[first:last]
+        if isinstance(inside, range):
+            at: Any = as_slice(range(inside.start - lo, inside.stop - lo, inside.step))
+        else:
+            at = inside - lo
+        if self.codes is None:
+            table[at] = np.arange(first, last)
+        elif isinstance(self.codes, int):
+            table[at] = self.codes
+        else:
+            table[at] = self.codes[first:last]
+        return table
+
+
+def _inside(positions: range, lo: int, hi: int) -> tuple[int, int]:
+    """The places ``first:last`` of the positions of a range (any step) from ``lo`` to ``hi``."""
+    start, step, count = positions.start, positions.step, len(positions)
+    if step > 0:
+        first = max(0, -((start - lo) // step)) if lo > start else 0
+        last = min(count, (hi - start) // step + 1) if hi >= start else 0
+    else:
+        first = max(0, -((hi - start) // -step)) if hi < start else 0
+        last = min(count, (start - lo) // -step + 1) if lo <= start else 0
+    return first, max(first, last)
+
 
 class Grouping(NamedTuple):
     """Positions along ``axis`` gathered into groups, as xarray's groupby encodes them, or as a
@@ -82,10 +140,10 @@ class Grouping(NamedTuple):
     ) -> Grouping:
         """Distinct positions ``picked`` of an axis of ``extent`` in ``size`` groups by ``codes``
         (as :class:`Picked` takes them), the rest in none: a table of every position's code, as
-        a groupby's, up to :data:`GROUP_TABLE_BYTES`; past it (a genome's positions) the
+        a groupby's, up to :func:`group_table_bytes`; past it (a genome's positions) the
         positions as the selection names them."""
         held = Picked.of(picked, codes)
-        if extent * 8 > GROUP_TABLE_BYTES:
+        if extent * 8 > group_table_bytes():
             return cls(axis, held, size)
         table = np.full(extent, -1, dtype=np.int64)
         at = as_slice(picked) if isinstance(picked, range) else held.positions
