@@ -265,6 +265,7 @@ def _selection_reduced(
        position, dropped from the result.
     """
     from sporadik_dask.backend.array import outer_selection
+    from sporadik_dask.read.selection import distinct
     from sporadik_dask.reduce.store import reduce_store
     from sporadik_dask.reduce.target import Grouping, Target
 
@@ -293,7 +294,7 @@ def _selection_reduced(
         return reduce_selection(reader, chosen, target, op, skipna=skipna, ddof=ddof)
     (axis,) = along
     picked = outer.positions[axis]  # a slice's a range: no array of the positions it spans
-    if not isinstance(picked, range) and np.unique(picked).size != picked.size:
+    if not isinstance(picked, range) and distinct(picked).size != picked.size:
         return None
     grouping = target.grouping
     if axis in target.axes:

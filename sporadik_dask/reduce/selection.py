@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.read.selection import Axis
+from sporadik_dask.read.selection import Axis, distinct
 from sporadik_dask.reduce.fields import Fields, Op, finish, merge_along
 from sporadik_dask.reduce.store import store_fields
 from sporadik_dask.reduce.target import Grouping, Target
@@ -126,7 +126,7 @@ def _pass_grouping(
 def _once(picked: Axis | None) -> bool:
     if isinstance(picked, range):
         return True
-    return picked is not None and np.unique(picked).size == picked.size
+    return picked is not None and distinct(picked).size == picked.size
 
 
 def _grouping(
