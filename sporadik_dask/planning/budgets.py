@@ -94,10 +94,13 @@ BATCH_BYTES = 2**23
 #: Bytes of int64 up to which the positions a selection picked for a reduction's pass are made a
 #: table of every position's group, as a groupby's codes are, which the pass's kernels look up: a
 #: cell mask's sum over 40,000 x 2,000 (3.2 M values) traced 13.4 MB with the table, 45.0 MB
-#: with a binary search per value, so a table is the lighter up to about 32 MB; over 5 M cells x
-#: 200 genes (10 M values) the search traced 100 MiB in 4.5 s, a 40 MB table 107 MiB in 3.9 s.
-#: Past it (a genome's positions) each value's group is found by arithmetic on a slice's start
-#: and step, or by a binary search of a list's sorted positions.
+#: with a binary search per value, so a table is the lighter up to about 32 MB. Past it the
+#: kernels look positions up in windows of the table, of at most this many bytes of narrowed
+#: codes each (``reduce/codes.py``): a half mask's sum over 5 M cells x 200 genes (55.8 M values)
+#: took 1.10 s and traced 87 MiB with windows, 1.20 s and 126 MiB with the table, 8.0 s and
+#: 204 MiB with a binary search per value outside the kernel (docs/benchmarks.md, "A cell
+#: mask's sums over 5 M cells"). Only a batch whose picked positions span more than a window
+#: (a genome's) has each value's group found by arithmetic or a binary search.
 GROUP_TABLE_BYTES = 2**25
 
 #: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
