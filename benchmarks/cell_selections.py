@@ -1,6 +1,6 @@
-"""A cell mask's sum and a grouped sum of the masked cells over 5 M cells x 200 genes, lazily
-opened, by several trees of the package side by side: the pass's group codes as a table of the
-axis, looked up per value, or in windows of the table.
+"""A cell mask's sum, maximum and a grouped sum of the masked cells over 5 M cells x 200 genes,
+lazily opened, by several trees of the package side by side: the pass's group codes as a table
+of the axis, looked up per value, or in windows of the table.
 
     .venv/bin/python benchmarks/cell_selections.py --route "table, 62d195a^=DIR" \\
         --route "windows=." --route "windows, table forced=.:table"
@@ -39,6 +39,7 @@ CELLS, GENES, DENSITY, SEED = 5_000_000, 200, 0.05, 3
 CASES = {
     "mask-sum": "X.isel(cell=mask).sum('cell')",
     "mask-groupby": "X.isel(cell=mask).groupby('cluster').sum()",
+    "mask-max": "X.isel(cell=mask).max('cell')",
 }
 
 
@@ -69,6 +70,7 @@ def _child(case: str, store: str, table: bool, repeats: int) -> None:
     call = {
         "mask-sum": lambda: variable.isel(cell=mask).sum("cell").values,
         "mask-groupby": lambda: variable.isel(cell=mask).groupby("cluster").sum().values,
+        "mask-max": lambda: variable.isel(cell=mask).max("cell").values,
     }[case]
     result = call()
     seconds, cpu = [], []

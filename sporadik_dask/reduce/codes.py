@@ -70,6 +70,18 @@ class CodeWindows:
         )
         return self._window
 
+    def groups(self, positions: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """The group of each of ``positions`` (-1: none), looked up in the window holding them,
+        else each found on its own (by arithmetic or a binary search)."""
+        window = self.covering(positions)
+        if window is None:
+            return self.grouping.groups(positions)
+        table, offset = window
+        spot = positions.astype(np.int64) - offset
+        found = table.take(spot, mode="clip").astype(np.int64)
+        found[(spot < 0) | (spot >= table.size)] = -1
+        return found
+
     def in_groups(
         self,
         lengths: npt.NDArray[np.int64],

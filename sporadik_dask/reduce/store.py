@@ -59,8 +59,8 @@ def store_fields(
     batches = batch_bounds(lo, hi, _bytes_per_value(reader, layout, fetch))
 
     grouping = target.grouping
-    windows = None
-    if strides is not None and strides.grouped and grouping is not None:
+    windows = None  # the groups of the grouped axis's positions in the values' index
+    if grouping is not None and not grouped_here and (strides is None or strides.grouped):
         windows = CodeWindows(grouping)
 
     none_stored = np.zeros(0, np.int64)
@@ -126,7 +126,10 @@ def store_fields(
             lengths = hi[a:b] - lo[a:b]
             parts.append(disjoint.fields(first + a, lengths, coords, values, skipna=skipna))
             continue
-        where, values = target.locate(coords, values, grouped=grouped_here)
+        mapped = windows is not None and coords[windows.grouping.axis] is not None
+        if mapped:  # each value's group, from a window of the table as the kernel's are
+            coords[windows.grouping.axis] = windows.groups(coords[windows.grouping.axis])  # type: ignore[union-attr]
+        where, values = target.locate(coords, values, grouped=grouped_here or mapped)
         part = gather_fields(op, target, where, values, skipna, dense)
         if dense:  # dense fields add up as they come, in place
             merge_into(parts[0], part)  # type: ignore[arg-type]

@@ -141,11 +141,13 @@ def test_a_selection_reduced_in_the_pass_past_the_table_limit_equals_numpy(
         selected = variable.isel(cell=key)
         summed = selected.sum("cell").values
         mean = selected.mean("cell").values
+        most = selected.max("cell").values  # not the kernel's: each value's group looked up
         grouped = selected.groupby("cluster").sum().values
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         np.testing.assert_allclose(summed, np.nansum(chosen, axis=0), rtol=1e-5)
         np.testing.assert_allclose(mean, np.nanmean(chosen, axis=0), rtol=1e-5)
+        np.testing.assert_array_equal(most, np.nanmax(chosen, axis=0))
     of = clusters[np.asarray(positions, dtype=np.int64)]
     want = np.stack([np.nansum(chosen[of == k], axis=0) for k in np.unique(of)])
     np.testing.assert_allclose(grouped, want, rtol=1e-5)
