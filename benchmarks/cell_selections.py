@@ -110,6 +110,8 @@ def main() -> None:
     for spec in args.route:
         label, _, where = spec.partition("=")
         tree, _, table = where.partition(":")
+        if not (Path(tree) / "sporadik_dask" / "__init__.py").exists():
+            parser.error(f"route {label!r}: {tree!r} holds no sporadik_dask; give a tree of it")
         routes.append((label, str(Path(tree).resolve()), table))
     load = os.getloadavg()
     measured: dict[tuple[str, str], dict[str, Any]] = {}

@@ -97,10 +97,10 @@ BATCH_BYTES = 2**23
 #: with a binary search per value, so a table is the lighter up to about 32 MB. Past it the
 #: kernels look positions up in windows of the table, of at most this many bytes of narrowed
 #: codes each (``reduce/codes.py``): a half mask's sum over 5 M cells x 200 genes (55.8 M values)
-#: took 1.10 s and traced 87 MiB with windows, 1.20 s and 126 MiB with the table, 8.0 s and
-#: 204 MiB with a binary search per value outside the kernel (docs/benchmarks.md, "A cell
-#: mask's sums over 5 M cells"). Only a batch whose picked positions span more than a window
-#: (a genome's) has each value's group found by arithmetic or a binary search.
+#: took 1.07 CPU s and traced 87 MiB with windows, 1.11 s and 126 MiB with the table (the same
+#: tree), where a binary search per value outside the kernel took 3.7 CPU s more than the table
+#: (docs/benchmarks.md, "A cell mask's sums over 5 M cells"). Only a batch whose picked positions
+#: span more than a window (a genome's) has each value's group found on its own.
 GROUP_TABLE_BYTES = 2**25
 
 #: Values (estimated) under which a lazy selection is read, then reduced, rather than reduced in
