@@ -67,7 +67,9 @@ def _bucket(bounds: Any, position: Any) -> Any:
 
 
 @kernel
-def _split(positions: Any, indices: Any, data: Any, bounds: Any, pairs: Any, out: Any) -> Any:
+def _split(
+    positions: Any, indices: Any, data: Any, bounds: Any, pairs: Any, out: Any, relative: Any
+) -> Any:
     counts = np.zeros(len(bounds) - 1, dtype=np.int64)
     ordered = True
     for i in range(len(positions)):
@@ -76,10 +78,14 @@ def _split(positions: Any, indices: Any, data: Any, bounds: Any, pairs: Any, out
             return counts, False
         if i and position < positions[i - 1]:
             ordered = False
-        counts[_bucket(bounds, position)] += 1
+        b = _bucket(bounds, position)
+        if relative and position - bounds[b] >= 2**31:  # past what the plan said it holds
+            return counts, False
+        counts[b] += 1
     if ordered:  # already in partition order: narrowed in place, no scatter
         for i in range(len(positions)):
-            pairs[0, i] = positions[i]
+            base = bounds[_bucket(bounds, positions[i])] if relative else 0
+            pairs[0, i] = positions[i] - base
             pairs[1, i] = indices[i]
             out[i] = data[i]
         return counts, True
@@ -87,7 +93,7 @@ def _split(positions: Any, indices: Any, data: Any, bounds: Any, pairs: Any, out
     for i in range(len(positions)):
         b = _bucket(bounds, positions[i])
         j = offsets[b]
-        pairs[0, j] = positions[i]
+        pairs[0, j] = positions[i] - (bounds[b] if relative else 0)
         pairs[1, j] = indices[i]
         out[j] = data[i]
         offsets[b] = j + 1
@@ -100,9 +106,12 @@ def split_by_bounds(
     data: npt.NDArray[Any],
     bounds: npt.NDArray[np.int64],
     width: npt.DTypeLike,
+    relative: bool = False,
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
     """Values stably sorted by the partition of ``bounds`` their position falls in, positions
     and indices narrowed to ``width``, and each partition's count; None for a dtype numba lacks.
+    ``relative``: each position counted from its partition's first (``bounds[b]``), so
+    positions past 2**31 fit an int32 ``width`` when every partition spans fewer.
 
     One pass counts, one writes: the only memory is the output (12 bytes a float32 value at
     int32), where a ``searchsorted`` and a scatter would add an int64 key per value and a copy.
@@ -110,7 +119,7 @@ def split_by_bounds(
     pairs = np.empty((2, positions.shape[0]), dtype=width)
     out = np.empty_like(data)
     try:
-        counts, inside = _split(positions, indices, data, bounds, pairs, out)
+        counts, inside = _split(positions, indices, data, bounds, pairs, out, relative)
     except LACKS_DTYPE:
         return None
     if not inside:

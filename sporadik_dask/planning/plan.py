@@ -85,6 +85,14 @@ class PositionCounts:
         """How many values the axis holds."""
         return int(self.counts.sum())
 
+    def reach(self, bounds: npt.NDArray[np.int64]) -> int:
+        """The largest distance of a position holding values from the first position of the
+        partition of ``bounds`` it falls in (0 with none): what an offset from there needs."""
+        if not self.positions.size:
+            return 0
+        first = bounds[np.searchsorted(bounds, self.positions, side="right") - 1]
+        return int(np.max(self.positions - first))
+
     def before(self, positions: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Values at positions before each of ``positions``: ``indptr`` there."""
         running = np.concatenate(([0], np.cumsum(self.counts)))
@@ -163,6 +171,7 @@ class LayoutPlan(LayoutGeometry):
             starts=self.held.before(self.bounds).astype(np.int64),
             regions=self.regions,
             spans=self.spans,
+            reach=self.held.reach(self.bounds),
         )
 
     @property
@@ -217,6 +226,9 @@ class WritePlan(LayoutGeometry):
     regions: Mapping[str, tuple[Region, ...]]
     #: As :attr:`LayoutPlan.spans`.
     spans: npt.NDArray[np.int64] | None = None
+    #: How far past its partition's first position the last position holding values lies, at
+    #: most (:meth:`PositionCounts.reach`).
+    reach: int = 0
 
     @property
     def partitions(self) -> int:

@@ -238,6 +238,7 @@ def _write_layer(
         for p in range(plan.partitions)
     ]
     where, first = spill_to or (None, len(pieces))
+    relative = tasks.relative_parts(plan)
 
     def split(b: int) -> Call:
         return (
@@ -249,6 +250,7 @@ def _write_layer(
             plan.index_dtype,
             where if b >= first else None,
             plan.dtype,
+            relative,
         )
 
     sources = plan.sources(len(pieces))

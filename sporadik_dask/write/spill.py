@@ -60,6 +60,8 @@ class SpilledPart(NamedTuple):
     hi: int
     pairs_dtype: str
     data_dtype: str
+    #: What the position row counts from (see :class:`~sporadik_dask.write.tasks.Part`).
+    base: int = 0
 
     @property
     def size(self) -> int:
@@ -117,17 +119,22 @@ def on_worker() -> bool:
 
 
 def write_parts(
-    directory: str, pairs: npt.NDArray[Any], data: npt.NDArray[Any], edges: Sequence[int]
+    directory: str,
+    pairs: npt.NDArray[Any],
+    data: npt.NDArray[Any],
+    edges: Sequence[int],
+    bases: Sequence[int],
 ) -> list[SpilledPart]:
     """Write a piece's sorted ``pairs`` and ``data`` to one new file; part ``p`` is
-    ``edges[p]:edges[p + 1]``. A retried task writes a file of its own."""
+    ``edges[p]:edges[p + 1]``, its positions counted from ``bases[p]``. A retried task writes
+    a file of its own."""
     pairs = np.ascontiguousarray(pairs)
     data = np.ascontiguousarray(data)
     path = write_file(directory, "parts", pairs, data, "shuffle parts")
     length = data.shape[0]
     return [
-        SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str)
-        for lo, hi in itertools.pairwise(edges)
+        SpilledPart(path, length, lo, hi, pairs.dtype.str, data.dtype.str, base)
+        for (lo, hi), base in zip(itertools.pairwise(edges), bases, strict=True)
     ]
 
 

@@ -28,6 +28,7 @@ from sporadik_dask.kernels.sort import (
     split_by_bounds,
 )
 from sporadik_dask.planning.budgets import DENSE_POSITIONS
+from sporadik_dask.planning.plan import WritePlan
 from sporadik_dask.store.chunks import write_chunks, write_constant
 from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.pieces import Piece, ravel
@@ -54,9 +55,13 @@ __all__ = [
 class Part(NamedTuple):
     """One piece's values bound for one partition of one layout."""
 
-    #: Each value's position along the indexed axis (row 0) and raveled index (row 1).
+    #: Each value's position along the indexed axis (row 0), counted from ``base``, and raveled
+    #: index (row 1).
     pairs: npt.NDArray[Any]
     data: npt.NDArray[Any]
+    #: What row 0 counts from: 0, or the partition's first position when positions past 2**31
+    #: are held as int32 offsets from it (:func:`split_piece`).
+    base: int = 0
 
 
 class Runs(NamedTuple):
@@ -83,6 +88,7 @@ def split_piece(
     index_dtype: npt.DTypeLike,
     spill_to: SpillTo | None = None,
     dtype: npt.DTypeLike | None = None,
+    relative: bool = False,
 ) -> list[Part] | list[SpilledPart]:
     """Split one piece's values by the partition their position along ``axis`` falls in.
 
@@ -90,31 +96,53 @@ def split_piece(
     moves half the bytes of int64 when the layout is int32; values are cast to the layout's
     ``dtype`` (the count pass checked each holds exactly). With ``spill_to``, the parts go to
     one file in its directory for where the task runs (if it has one), and what is returned
-    says where.
+    says where. With ``relative`` (:func:`relative_parts`), positions are held as int32 offsets
+    from their partition's first.
     """
     coords, data = piece
     if dtype is not None:
         data = data.astype(dtype, copy=False)
-    width = np.dtype(index_dtype) if int(bounds[-1]) < 2**31 else np.dtype(np.int64)
-    width = np.result_type(index_dtype, width)
+    narrow = int(bounds[-1]) < 2**31 or relative
+    width = np.result_type(index_dtype, np.dtype(index_dtype) if narrow else np.dtype(np.int64))
     positions = coords[axis]
     indices = (
         coords[index_order[0]] if len(index_order) == 1 else ravel(coords, index_order, index_shape)
     )
-    split = split_by_bounds(positions, indices, data, bounds, width)
+    split = split_by_bounds(positions, indices, data, bounds, width, relative)
     if split is None:  # a dtype numba lacks: the same order from numpy
+        which = np.searchsorted(bounds, positions, side="right") - 1
+        offsets = positions - bounds[which] if relative else positions
+        if relative and offsets.size and int(offsets.max()) >= 2**31:
+            raise _outside(int(bounds[0]), int(bounds[-1]))
         pairs = np.empty((2, data.shape[0]), dtype=width)
-        pairs[0], pairs[1] = positions, indices
-        which = np.searchsorted(bounds, pairs[0], side="right") - 1
+        pairs[0] = offsets
+        pairs[1] = indices
         counts = np.bincount(which, minlength=len(bounds) - 1)
         pairs, data = sort_by_key(which, counts, pairs, data)
     else:
         pairs, data, counts = split
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
+    bases = [int(b) if relative else 0 for b in bounds[:-1]]
     directory = None if spill_to is None else spill_to.here()
     if directory is not None:
-        return write_parts(directory, pairs, data, edges)
-    return [Part(pairs[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]
+        return write_parts(directory, pairs, data, edges, bases)
+    return [
+        Part(pairs[:, lo:hi], data[lo:hi], base)
+        for (lo, hi), base in zip(itertools.pairwise(edges), bases, strict=True)
+    ]
+
+
+def relative_parts(plan: WritePlan) -> bool:
+    """Whether a layout's parts hold positions as offsets from their partition's first: past
+    2**31 positions, where int64 would take 8 bytes more a value (the parts of a genome's
+    position layout 16 bytes a value against 8), when indices fit int32 and every position
+    holding values lies within 2**31 of its partition's first (a partition reaching the end of a
+    genome spans more, but holds values only near its start)."""
+    return (
+        int(plan.bounds[-1]) >= 2**31
+        and np.dtype(plan.index_dtype).itemsize <= 4
+        and plan.reach < 2**31
+    )
 
 
 def sort_partition(
@@ -158,7 +186,7 @@ def sort_partition(
         return _sort_held(start, stop, extent, index_dtype, values, reader, parts)
     counts = np.zeros(stop - start, dtype=np.int64)
     for part in parts:
-        if count_positions(counts, reader.positions(part), start):
+        if count_positions(counts, reader.positions(part), start - part.base):
             raise _outside(start, stop)
     indices = np.empty(reader.total, dtype=reader.index_dtype)
     data = np.empty(reader.total, dtype=reader.data_dtype)
@@ -167,7 +195,7 @@ def sort_partition(
     try:
         for part in parts:
             pairs, part_data = reader.whole(part)
-            deal_positions(offsets, pairs[0], pairs[1], part_data, start, indices, data)
+            deal_positions(offsets, pairs[0], pairs[1], part_data, start - part.base, indices, data)
         unsorted, repeated = check_runs(counts, indices, data, maxima)
         if unsorted:
             indices, data = _sorted_within_runs(counts, extent, indices, data)
@@ -214,7 +242,7 @@ def _sort_held(
        partition's ``maxima`` and ``indptr`` from them, so none is as long as the span.
     """
     pairs, data = reader.joined(parts)
-    positions = pairs[0].astype(np.int64) - start
+    positions = pairs[0].astype(np.int64) - (start - _base(parts))
     if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= stop - start):
         raise _outside(start, stop)
     ordered = np.sort(positions)
@@ -222,6 +250,14 @@ def _sort_held(
     pairs[0] = np.searchsorted(held, positions)
     runs = sort_partition(0, held.shape[0], extent, index_dtype, values, Part(pairs, data))
     return runs._replace(held=held)
+
+
+def _base(parts: Sequence[Part | SpilledPart]) -> int:
+    """What every part's positions count from (one rule for all parts of a layout)."""
+    bases = {part.base for part in parts}
+    if len(bases) > 1:
+        raise LayoutError(f"The parts of one partition count positions from {sorted(bases)}.")
+    return bases.pop() if bases else 0
 
 
 def runs_slice(runs: Runs, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
@@ -270,7 +306,7 @@ def _sorted_by_numpy(
     """The partition's runs sorted with numpy, for a dtype numba lacks: its indices and
     values, each run's largest absolute value put in ``maxima``, and how many cells repeat."""
     pairs, data = reader.joined(parts)
-    pairs[0] -= start
+    pairs[0] -= start - _base(parts)
     pairs, data = sort_by_key(pairs[0], counts, pairs, data)
     positions, indices = pairs
     same_run = positions[1:] == positions[:-1]

@@ -229,13 +229,13 @@ def test_a_spill_directory_that_cannot_be_written_says_what_to_set(tmp_path: Pat
     blocked.write_bytes(b"")  # a file where the directory should be made
     pairs, data = np.zeros((2, 3), dtype=np.int32), np.zeros(3, dtype=np.float32)
     with pytest.raises(OSError, match=r"temporary-directory.*sporadik\.spill-bytes"):
-        spill.write_parts(str(blocked / "parts"), pairs, data, [0, 3])
+        spill.write_parts(str(blocked / "parts"), pairs, data, [0, 3], [0])
 
 
 def test_a_cut_spill_file_is_an_error_naming_it(tmp_path: Path) -> None:
     pairs = np.arange(20, dtype=np.int32).reshape(2, 10)
     data = np.arange(10, dtype=np.float32)
-    parts = spill.write_parts(str(tmp_path), pairs, data, [0, 4, 10])
+    parts = spill.write_parts(str(tmp_path), pairs, data, [0, 4, 10], [0, 0])
     both = [parts[1], tasks.Part(pairs[:, :4], data[:4])]
     joined = spill.PartReader(both).joined(both)
     np.testing.assert_array_equal(joined[0], np.concatenate([pairs[:, 4:], pairs[:, :4]], axis=1))

@@ -68,7 +68,9 @@ def test_a_sorted_partition_is_what_lexsort_gives_with_each_position_largest_mag
         directory = str(tmp_path_factory.mktemp("parts"))
         for k in range(0, len(parts), 2):
             p = parts[k]
-            given_parts[k] = spill.write_parts(directory, p.pairs, p.data, [0, p.data.size])[0]
+            given_parts[k] = spill.write_parts(
+                directory, p.pairs, p.data, [0, p.data.size], [p.base]
+            )[0]
     runs = tasks.sort_partition(
         start, start + positions, extent, np.int32, (7, 7 + n), *given_parts
     )
@@ -190,3 +192,44 @@ def test_a_partition_spanning_a_genome_stretch_makes_arrays_sized_by_its_values(
         if hi <= span:
             np.testing.assert_array_equal(tasks.runs_slice(runs, "maxima", lo, hi), maxima[lo:hi])
         np.testing.assert_array_equal(tasks.runs_slice(runs, "indptr", lo, hi), indptr[lo:hi])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"], ids=["numba", "numpy"])
+@pytest.mark.parametrize("spilled", [False, True], ids=["in memory", "spilled"])
+def test_parts_past_2_31_positions_hold_int32_offsets_and_sort_as_absolute_ones(
+    tmp_path: Any, dtype: str, spilled: bool
+) -> None:
+    """A genome's position layout: positions past 2**31 held as int64 took 16 bytes a value in
+    its parts; as offsets from their partition's first they take 8, and sort to the same runs."""
+    rng = np.random.default_rng(3)
+    # the second partition short enough to be counted position by position, the others not
+    cuts = np.array([0, 2**31 + 10, 2**31 + 10 + 2**19, 5 * 10**9], dtype=np.int64)
+    starts = cuts[:-1] + rng.integers(0, 1_000, 3)
+    positions = np.concatenate([start + rng.integers(0, 2**18, 40) for start in starts])
+    samples = rng.integers(0, 7, positions.size)
+    cells = np.unique(positions * 7 + samples)
+    piece = Piece(np.stack([cells // 7, cells % 7]), rng.random(cells.size).astype(dtype))
+    spill_to = spill.SpillTo(str(tmp_path), None) if spilled else None
+    found: list[tasks.Part | spill.SpilledPart] = list(
+        tasks.split_piece(piece, 0, (1,), (7,), cuts, np.int32, spill_to, relative=True)
+    )
+    absolute = [part for part in tasks.split_piece(piece, 0, (1,), (7,), cuts, np.int32)]
+    assert [part.base for part in found] == cuts[:-1].tolist()
+    for p, (part, whole) in enumerate(zip(found, absolute, strict=True)):
+        assert isinstance(whole, tasks.Part) and whole.pairs.dtype == np.int64
+        if isinstance(part, tasks.Part):
+            assert not spilled and part.pairs.dtype == np.int32
+            np.testing.assert_array_equal(part.pairs[0] + cuts[p], whole.pairs[0])
+        start, stop = int(cuts[p]), int(cuts[p + 1])
+        values = (0, whole.data.size)
+        runs = tasks.sort_partition(start, stop, 7, np.int32, values, part)
+        expected = tasks.sort_partition(start, stop, 7, np.int32, values, whole)
+        for got, want in zip(runs, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_relative_part_past_what_the_plan_holds_is_refused() -> None:
+    """An offset past 2**31 would wrap in int32 and land at another position."""
+    piece = Piece(np.array([[2**31 + 5], [0]]), np.array([1.0]))
+    with pytest.raises(sd.LayoutError, match="outside"):
+        tasks.split_piece(piece, 0, (1,), (3,), np.array([0, 2**33]), np.int32, relative=True)

@@ -960,3 +960,32 @@ def test_coordinate_columns_are_read_once(tmp_path: Path) -> None:
     sd.to_sporadik((logged, columns), tmp_path / "s.zarr", shape=dense.shape)
     assert reads_logged(log) == list(range(len(values.chunks[0])))
     np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), dense)
+
+
+@pytest.mark.parametrize("spill_bytes", [None, 0], ids=["in memory", "spilled"])
+def test_a_position_layout_past_2_31_written_from_offsets_holds_each_run_at_its_position(
+    tmp_path: Path, spill_bytes: int | None
+) -> None:
+    """Partitions cut at the positions holding values (one value each) hold every position
+    within 2**31 of their first, so the parts carry int32 offsets; the layout's arrays, read by
+    zarr alone, hold each run at its position past 2**31 and 2**32."""
+    length = 5_000_000_000
+    rows = np.array([0, 1, 0, 1, 0, 1])
+    positions = np.array([5, 5, 2**31 + 7, 2**32 + 1, length - 2, length - 1])
+    values = np.arange(1.0, 7.0)
+    x = sparse.COO(np.stack([rows, positions]), values, shape=(2, length))
+    path = tmp_path / "s.zarr"
+    settings = {} if spill_bytes is None else {"sporadik.spill-bytes": spill_bytes}
+    with dask.config.set(settings):
+        sd.to_sporadik(x, path, partition_bytes=16)
+
+    def stored(name: str) -> zarr.Array[Any]:
+        return zarr.open_array(path / "layouts" / "axis1" / name, mode="r")
+
+    np.testing.assert_array_equal(stored("indices")[:], rows)  # in (position, row) order
+    np.testing.assert_array_equal(stored("data")[:], values)
+    held = np.concatenate((positions, positions + 1, [0, 6, 2**31 + 6, length]))
+    expected = np.searchsorted(positions, held, side="left")
+    np.testing.assert_array_equal(stored("indptr").get_coordinate_selection(held), expected)
+    window = sd.StoreReader(path)[:, 2**31 : 2**31 + 10]
+    np.testing.assert_array_equal(window.coords, [[0], [7]])
