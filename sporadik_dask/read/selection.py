@@ -63,6 +63,12 @@ def ranks(column: Positions, unique: range) -> Positions:
     return spot
 
 
+#: Values whose binary-search places are checked at once: a batch's gather (8 MB), not one as
+#: long as the values read (10,000 positions among 11 M values: 429 MB traced at peak before, 340
+#: after).
+RANK_BATCH = 1 << 20
+
+
 def places(column: Positions, positions: Axis) -> Positions:
     """Each coordinate's place among ``positions`` (a ``range`` of any step, in its order, or
     sorted distinct positions), or -1 if absent: arithmetic on a range, a binary search of an
@@ -74,9 +80,12 @@ def places(column: Positions, positions: Axis) -> Positions:
         return np.where(rank >= 0, len(positions) - 1 - rank, -1)
     if positions.size == 0:
         return np.full(column.shape, -1, dtype=np.int64)
+    # ranked in place: one array of the column's length, checked a batch at a time
     spot = np.searchsorted(positions, column).astype(np.int64, copy=False)
     np.minimum(spot, positions.size - 1, out=spot)
-    spot[positions[spot] != column] = -1
+    for start in range(0, spot.size, RANK_BATCH):
+        part, asked = spot[start : start + RANK_BATCH], column[start : start + RANK_BATCH]
+        part[positions[part] != asked] = -1
     return spot
 
 
