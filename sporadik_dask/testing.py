@@ -132,10 +132,17 @@ class Latency:
     at, in either direction (one S3 connection streams ~100 MB/s); None for no cap. Requests in
     flight together wait together, so a batch of concurrent requests costs one delay, not one
     each, which is what makes the number of sequential *waves* the figure that matters.
+
+    ``gathered``: hold every request until ``delay`` has passed since the *latest* arrival, and
+    answer the ones in flight together. A batch then stays one wave however slowly a busy
+    client sends it, so long as no gap between two of its requests reaches the delay, while a
+    request that needs an earlier answer still starts a wave of its own. For counting waves,
+    not for timing: a request's wait grows with the batch's spread.
     """
 
     delay: float = 0.0
     bandwidth: float | None = None
+    gathered: bool = False
 
     def seconds(self, sent: int, received: int) -> float:
         """How long one request moving ``sent`` and ``received`` body bytes is held."""
@@ -224,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        arrived = time.monotonic()
+        arrived = self.server.arrive()
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.upstream_port, timeout=60)
         headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
         if body or self.command in ("PUT", "POST"):
@@ -233,9 +240,14 @@ class _Handler(BaseHTTPRequestHandler):
         response = upstream.getresponse()
         payload = response.read()
         upstream.close()
-        held = self.server.latency.seconds(len(body), len(payload))
-        if held > 0:  # the wait counts from arrival: the upstream's own time is part of it
-            time.sleep(max(arrived + held - time.monotonic(), 0.0))
+        latency = self.server.latency
+        held = latency.seconds(len(body), len(payload))
+        while held > 0:  # the wait counts from arrival: the upstream's own time is part of it
+            since = self.server.latest if latency.gathered else arrived
+            left = since + held - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(left)
         self.server.record(self.command, self.path, len(body), len(payload), arrived)
         self.send_response(response.status, response.reason)
         for key, value in response.getheaders():
@@ -271,6 +283,15 @@ class _ProxyServer(ThreadingHTTPServer):
         self.counts = RequestCounts()
         self._lock = threading.Lock()
         self._seen = 0
+        #: When the latest request arrived (``time.monotonic``): a gathered latency counts from it.
+        self.latest = float("-inf")
+
+    def arrive(self) -> float:
+        """Note a request's arrival, and return its time."""
+        with self._lock:
+            now = time.monotonic()
+            self.latest = max(self.latest, now)
+            return now
 
     def fault(self, method: str, path: str) -> int | None:
         with self._lock:

@@ -7,7 +7,9 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +72,32 @@ def test_the_bandwidth_cap_holds_a_large_body_for_its_size(
     # one uncompressed object per array: ~80,000 float32 values in one body of ~320 KB
     assert counts.bytes_in > 600_000
     assert took >= 300_000 / 2e6
+
+
+def test_a_gathered_delay_answers_requests_sent_with_pauses_together(
+    loopback: tuple[LoopbackS3, S3Proxy],
+) -> None:
+    """Three requests sent 0.3 s apart under a gathered delay of 1 s are one wave, answered
+    together 1 s after the last; held from their own arrivals they would be answered apart."""
+    server, proxy = loopback
+    store, options = proxied_store(server, proxy, "fsspec")
+    sd.to_sporadik(np.eye(50, dtype=np.float32), store, **options)
+    url = f"{proxy.endpoint}/{store.removeprefix('s3://')}/zarr.json"  # moto serves it unsigned
+
+    def get() -> None:
+        with urllib.request.urlopen(url) as response:
+            response.read()
+
+    threads = [threading.Thread(target=get) for _ in range(3)]
+    with proxy.slowed(Latency(delay=1.0, gathered=True)), proxy.counting() as counts:
+        for thread in threads:
+            thread.start()
+            time.sleep(0.3)
+        for thread in threads:
+            thread.join()
+    assert counts.total == 3 and counts.waves == 1, counts.spans
+    (last_arrival, _), answers = max(counts.spans), [stop for _, stop in counts.spans]
+    assert min(answers) >= last_arrival + 1.0
 
 
 def test_waves_count_rounds_of_overlapping_requests() -> None:
@@ -398,11 +426,11 @@ def test_a_fault_on_one_shards_get_raises_fetch_error_naming_it(
 # --- waves: open, and one position after open ------------------------------------------------
 
 
-#: Held per request in the wave tests, so requests sent together overlap at the proxy: long
-#: enough that a client slowed by a busy machine still sends a batch's requests within it (at
-#: 0.05 s, a loaded 2-core machine once split a batch of eleven into two waves, and at 0.2 s
-#: a machine running two other test suites split one into three).
-_ROUND_TRIP = Latency(delay=0.5)
+#: Held in the wave tests until the client has sent nothing for this long, so requests sent
+#: together are answered together: a batch splits only where a busy client pauses this long
+#: between two of its requests. Held from each request's own arrival, a loaded 2-core machine
+#: split a batch of eleven at 0.05 s, and at 0.2 s and 0.5 s split one into three.
+_ROUND_TRIP = Latency(delay=0.5, gathered=True)
 
 
 @pytest.mark.parametrize("shard", [None, 2048])
