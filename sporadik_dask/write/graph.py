@@ -27,7 +27,7 @@ from sporadik_dask.planning.plan import LayoutPlan, WritePlan
 from sporadik_dask.reduce.graph import Call, Key, Layer, fan_in
 from sporadik_dask.write import array_refs, counting, tasks
 from sporadik_dask.write.piece_graphs import Pieces
-from sporadik_dask.write.shuffle import Deferred, extend, shuffle
+from sporadik_dask.write.shuffle import Deferred, extend, named, shuffle
 from sporadik_dask.write.spill import SpillTo, directory_for, shared_directory_for
 
 __all__ = [
@@ -167,7 +167,7 @@ def _write_layers(
     after = None
     for name, plan, arrays, spill_to in chained:
         layer.update(_write_layer(name, pieces, plan, arrays, spill_to, after, before))
-        after = f"{name}-sort-split"
+        after = named(named(name, "sort"), "split")
     return layer
 
 
@@ -175,13 +175,13 @@ def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
     """The key of every write task of one layout, and the array it writes (``"runs"`` for a
     partition's, which writes every region that partition fills alone)."""
     for p in range(plan.partitions):
-        yield "runs", (f"{name}-wrote", p)
+        yield "runs", (named(name, "wrote"), p)
     for array in RUN_ARRAYS:
         for r, region in enumerate(plan.regions[array]):
             if region.shared:
-                yield array, (f"{name}-write-{array}", r)
+                yield array, (named(name, f"shared-{array}"), r)
     if not plan.partitions:
-        yield "indptr", (f"{name}-write-indptr", 0)
+        yield "indptr", (named(name, "shared-indptr"), 0)
 
 
 def _write_layer(
@@ -262,9 +262,11 @@ def _write_layer(
             inputs[b] = (tasks.after, inputs[b], before)
     if before is not None:  # a partition's task writes chunks
         combine = [(call[0], (tasks.after, call[1], before), *call[2:]) for call in combine]
-    sorted_, layer = shuffle(f"{name}-sort", inputs, split=split, combine=combine, sources=sources)
+    sorted_, layer = shuffle(
+        named(name, "sort"), inputs, split=split, combine=combine, sources=sources
+    )
     regions = {array: list(plan.regions[array]) for array in RUN_ARRAYS}
-    takes = {array: f"{name}-take-{array}" for array in RUN_ARRAYS}
+    takes = {array: named(name, f"take-{array}") for array in RUN_ARRAYS}
     for array, key in _write_keys(name, plan):
         if array == "runs":
             layer[key] = (tasks.wrote, sorted_[key[1]])

@@ -31,7 +31,7 @@ from sporadik_dask.write.pieces import (
     piece_of_layout,
     split_by_cell,
 )
-from sporadik_dask.write.shuffle import shuffle
+from sporadik_dask.write.shuffle import named, shuffle
 
 __all__ = [
     "Pieces",
@@ -217,7 +217,7 @@ def _merged(
     hash of the cell into disjoint pieces, repeats added together and counted: the tasks are
     added to ``layer``; the keys of the pieces and of their repeats are returned."""
     blocks = [key for key in layer if isinstance(key, tuple) and key[0] == raw]
-    merged = f"{raw}-merged"
+    merged = named(raw, "merged")
     outputs, shuffled = shuffle(
         merged,
         blocks,
@@ -225,7 +225,7 @@ def _merged(
         combine=[(merge_pieces, shape)] * len(blocks),
     )
     layer.update(shuffled)
-    piece, repeated = f"{merged}-piece", f"{merged}-repeats"
+    piece, repeated = named(merged, "piece"), named(merged, "repeats")
     pieces, repeats = [], []
     for p, key in enumerate(outputs):
         layer[(piece, p)] = (getattr, key, "piece")

@@ -15,12 +15,14 @@ from typing import Any
 
 from dask.highlevelgraph import HighLevelGraph
 from dask.highlevelgraph import Layer as DaskLayer
+from dask.utils import key_split
 
 from sporadik_dask.reduce.graph import Call, Key, Layer
 
 __all__ = [
     "Deferred",
     "extend",
+    "named",
     "shuffle",
 ]
 
@@ -78,6 +80,20 @@ def extend(graph: HighLevelGraph, name: str, layer: Layer | Deferred) -> HighLev
     return HighLevelGraph(layers, dependencies)
 
 
+def named(name: str, kind: str) -> str:
+    """``name`` with ``kind`` added to the words before its token, where dask's ``key_split``
+    reads a task's kind: ``named("sporadik-write-<token>-0", "sort")`` is
+    ``"sporadik-write-sort-<token>-0"``.
+
+    distributed estimates a task's duration by that prefix, and places and steals tasks by the
+    estimate; its dashboard shows progress by it. Named after the token, every task of a write
+    was one kind, ``sporadik-write``: a ``getitem`` of a few microseconds was taken to cost what
+    a partition's sort does, and moved, with the whole split it reads, to an idle worker.
+    """
+    prefix = key_split(name)
+    return f"{prefix}-{kind}{name[len(prefix) :]}"
+
+
 def shuffle(
     name: str,
     inputs: Sequence[Key | Call],
@@ -99,7 +115,7 @@ def shuffle(
     Returns the output keys, ``(name, p)``, and the layer.
     """
     # One string object per name: a pickled graph then holds each name once, not once per key.
-    splits, parts = f"{name}-split", f"{name}-part"
+    splits, parts = named(name, "split"), named(name, "part")
     everyone = range(len(inputs))
     layer: Layer = {}
     for b, key in enumerate(inputs):

@@ -16,6 +16,7 @@ import numpy.typing as npt
 import pytest
 import sparse
 import zarr
+from dask.utils import key_split
 
 import sporadik_dask as sd
 from sporadik_dask.planning.plan import plan_layout
@@ -201,7 +202,9 @@ def test_the_graph_a_write_sends_to_a_scheduler_grows_no_faster_than_its_values(
         x = counts_matrix(cells=400 * factor, genes=60, density=0.1, rows_per_chunk=50)
         write = sd.to_sporadik(x, tmp_path / f"{factor}.zarr", compute=False, partition_bytes=5_000)
         sizes.append(_sent_bytes(write.written()))
-        sorts = Counter(k[0] for k in dict(write.__dask_graph__()) if str(k[0]).endswith("-sort"))
+        sorts = Counter(
+            k[0] for k in dict(write.__dask_graph__()) if key_split(k[0]) == "sporadik-write-sort"
+        )
         partitions.append(min(sorts.values()))
     assert partitions[0] >= 8 and partitions[2] >= 3 * partitions[0]
     assert sizes[1] <= 2 * sizes[0] + 2_048
@@ -217,7 +220,14 @@ def test_a_layout_of_row_blocks_sorts_each_row_partition_from_the_blocks_it_meet
     write = sd.to_sporadik(x, tmp_path / "a.zarr", compute=False, partition_bytes=4_000)
     assert isinstance(write, sd.StoreWrite)
     layer = dict(write.__dask_graph__())
-    sorts = {axis: [k for k in layer if k[0].endswith(f"-{axis}-sort")] for axis in (0, 1)}
+    sorts = {
+        axis: [
+            k
+            for k in layer
+            if key_split(k[0]) == "sporadik-write-sort" and k[0].endswith(f"-{axis}")
+        ]
+        for axis in (0, 1)
+    }
     assert len(sorts[0]) >= 6 and len(sorts[1]) >= 2
     blocks = len(x.chunks[0])
     for axis, gathered in ((0, (1, 2)), (1, (blocks,))):
@@ -242,3 +252,15 @@ def test_a_deferred_layer_pickles_as_its_call_and_makes_the_same_tasks_again(
     assert not again.is_materialized()
     assert again.keys() == made.keys()
     assert pickle.dumps(dict(again)) == pickle.dumps(made)
+
+
+def test_each_kind_of_write_task_has_a_prefix_of_its_own(tmp_path: Path) -> None:
+    """distributed estimates a task's duration by its key's prefix (``key_split``) and places
+    and steals tasks by that estimate: a part's ``getitem`` must not share its prefix with the
+    sorts, nor a region's write with the splits."""
+    x = counts_matrix(cells=400, genes=60, density=0.1, rows_per_chunk=50)
+    write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=5_000)
+    kinds = Counter(key_split(key) for key in dict(write.__dask_graph__()))
+    for kind in ("sort-split", "sort-part", "sort", "wrote", "take-data", "shared-data"):
+        assert kinds[f"sporadik-write-{kind}"] > 0, kinds
+    assert "sporadik-write" not in kinds

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import sparse
 from dask.callbacks import Callback
+from dask.utils import key_split
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
@@ -35,7 +36,7 @@ class _Splits(Callback):
         self.found: list[Any] = []
 
     def _posttask(self, key: Any, result: Any, *args: Any) -> None:
-        if isinstance(key, tuple) and str(key[0]).endswith("-sort-split"):
+        if isinstance(key, tuple) and key_split(key[0]) == "sporadik-write-sort-split":
             self.found.append(result)
 
 
@@ -209,7 +210,11 @@ def test_a_local_write_sorts_a_streaming_partition_before_the_last_piece_is_read
     names = [str(key[0]) if isinstance(key, tuple) else str(key) for key in starts.keys]
     # the pieces as the count pass kept them, read from disk
     pieces = [i for i, name in enumerate(names) if name.startswith("sporadik-kept")]
-    csr = [i for i, name in enumerate(names) if name.endswith("-0-sort")]
+    csr = [
+        i
+        for i, name in enumerate(names)
+        if key_split(name) == "sporadik-write-sort" and name.endswith("-0")
+    ]
     assert len(pieces) == 30 and len(csr) == 15
     # Blocks are read while the write's first task lays the store out, and no partition is
     # sorted (written) before it ends: on threads those blocks may come first, more of them on
