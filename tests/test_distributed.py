@@ -37,7 +37,7 @@ def test_a_cluster_writes_what_the_threaded_scheduler_writes(
         on_cluster = sd.to_sporadik(x, tmp_path / "cluster.zarr", chunk=50, partition_bytes=4000)
     ran = {str(task["key"]) for task in stream.data}
     workers = {task["worker"] for task in stream.data}
-    assert any("-sort" in key for key in ran) and any("-shared-data" in key for key in ran)
+    assert any("-sort" in key for key in ran) and any("-shared-" in key for key in ran)
     assert len(workers) == 2
     # The block is committed by this process, not by a finalize task on a worker.
     assert not any("finalize" in key or "commit" in key for key in ran)

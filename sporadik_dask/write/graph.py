@@ -23,7 +23,7 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from sporadik_dask.format.spec import MAXIMA
-from sporadik_dask.planning.plan import LayoutPlan, WritePlan
+from sporadik_dask.planning.plan import LayoutPlan, Region, WritePlan
 from sporadik_dask.reduce.graph import Call, Key, Layer, fan_in
 from sporadik_dask.write import array_refs, counting, tasks
 from sporadik_dask.write.piece_graphs import Pieces
@@ -172,16 +172,31 @@ def _write_layers(
 
 
 def _write_keys(name: str, plan: WritePlan) -> Iterator[tuple[str, Key]]:
-    """The key of every write task of one layout, and the array it writes (``"runs"`` for a
-    partition's, which writes every region that partition fills alone)."""
+    """The key of every write task of one layout, and what it writes (``"runs"`` for a
+    partition's, which writes every region that partition fills alone; ``"shared"`` for the
+    regions one set of partitions fills together)."""
     for p in range(plan.partitions):
         yield "runs", (named(name, "wrote"), p)
-    for array in RUN_ARRAYS:
-        for r, region in enumerate(plan.regions[array]):
-            if region.shared:
-                yield array, (named(name, f"shared-{array}"), r)
+    for g in range(len(_shared_groups(plan))):
+        yield "shared", (named(name, "shared"), g)
     if not plan.partitions:
         yield "indptr", (named(name, "shared-indptr"), 0)
+
+
+def _shared_groups(plan: WritePlan) -> dict[tuple[int, ...], list[tuple[str, Region]]]:
+    """Pure: the regions several partitions fill, of every array, grouped by those partitions.
+
+    One task writes a group, from one slice-taking task per partition: at a partition edge the
+    four arrays' chunks it cuts are one write, not four, and their eight slices two takes, not
+    eight; each task still holds only its regions' slices, never a partition's runs.
+    """
+    groups: dict[tuple[int, ...], list[tuple[str, Region]]] = {}
+    for array in RUN_ARRAYS:
+        for region in plan.regions[array]:
+            if region.shared:
+                filling = tuple(sorted({p for p, _, _ in region.sources}))
+                groups.setdefault(filling, []).append((array, region))
+    return groups
 
 
 def _write_layer(
@@ -209,8 +224,9 @@ def _write_layer(
        ``indptr`` it fills alone, and returns the slices the regions it shares need
        (:func:`~sporadik_dask.write.tasks.write_partition`), so no partition's runs wait for a
        write.
-    3. Each shared region (a chunk a partition edge cuts, or one spanning several partitions)
-       takes those slices and writes its whole zarr chunks (or shards) in one task.
+    3. The shared regions (a chunk a partition edge cuts, or one spanning several partitions)
+       that the same partitions fill are written by one task, from one take of their slices
+       per partition (:func:`_shared_groups`), each region's whole zarr chunks (or shards).
     4. With no position there is no partition: write ``indptr``, ``[0]``.
     """
     bounds, starts = plan.bounds.tolist(), plan.starts.tolist()
@@ -265,25 +281,32 @@ def _write_layer(
     sorted_, layer = shuffle(
         named(name, "sort"), inputs, split=split, combine=combine, sources=sources
     )
-    regions = {array: list(plan.regions[array]) for array in RUN_ARRAYS}
-    takes = {array: named(name, f"take-{array}") for array in RUN_ARRAYS}
-    for array, key in _write_keys(name, plan):
-        if array == "runs":
-            layer[key] = (tasks.wrote, sorted_[key[1]])
-            continue
-        if not plan.partitions:  # an empty axis: no region, and indptr is [0]
-            zeros = np.zeros(1, plan.index_dtype)
-            layer[key] = (
-                tasks.write_array,
-                arrays[array],
-                0,
-                zeros if before is None else (tasks.after, zeros, before),
-            )
-            continue
-        region = regions[array][key[1]]
-        slices = []
-        for i, (p, lo, hi) in enumerate(region.sources):
-            slices.append((takes[array], key[1], i))
-            layer[slices[-1]] = (tasks.edge, sorted_[p], array, lo, hi)
-        layer[key] = (tasks.write_region, arrays[array], region.start, region.stop, *slices)
+    if not plan.partitions:  # an empty axis: no region, and indptr is [0]
+        zeros = np.zeros(1, plan.index_dtype)
+        ((_, key),) = _write_keys(name, plan)
+        layer[key] = (
+            tasks.write_array,
+            arrays["indptr"],
+            0,
+            zeros if before is None else (tasks.after, zeros, before),
+        )
+        return layer
+    for p in range(plan.partitions):
+        layer[(named(name, "wrote"), p)] = (tasks.wrote, sorted_[p])
+    take, shared = named(name, "take"), named(name, "shared")
+    for g, (filling, members) in enumerate(_shared_groups(plan).items()):
+        wanted: list[list[tuple[str, int, int]]] = [[] for _ in filling]
+        regions = []
+        for array, region in members:
+            slices = []
+            for p, lo, hi in region.sources:
+                t = filling.index(p)
+                slices.append((t, len(wanted[t])))
+                wanted[t].append((array, lo, hi))
+            regions.append((arrays[array], region.start, region.stop, tuple(slices)))
+        taken = []
+        for t, p in enumerate(filling):
+            taken.append((take, g, t))
+            layer[taken[-1]] = (tasks.edges, sorted_[p], tuple(wanted[t]))
+        layer[(shared, g)] = (tasks.write_shared, tuple(regions), *taken)
     return layer

@@ -39,8 +39,9 @@ __all__ = [
     "OwnRegion",
     "Part",
     "Runs",
+    "SharedRegion",
     "after",
-    "edge",
+    "edges",
     "runs_constant",
     "runs_slice",
     "sort_partition",
@@ -48,6 +49,7 @@ __all__ = [
     "write_array",
     "write_partition",
     "write_region",
+    "write_shared",
     "wrote",
 ]
 
@@ -378,9 +380,21 @@ def after(value: Any, done: Any) -> Any:
     return value
 
 
-def edge(kept: Edges, array: str, lo: int, hi: int) -> npt.NDArray[Any]:
-    """Elements ``lo:hi`` of one partition's ``array``, which a shared region needs."""
-    return kept[(array, lo, hi)]
+def edges(kept: Edges, wanted: tuple[tuple[str, int, int], ...]) -> tuple[npt.NDArray[Any], ...]:
+    """The slices of one partition's arrays, ``(array, lo, hi)`` each, that one group of shared
+    regions needs."""
+    return tuple(kept[w] for w in wanted)
+
+
+#: A shared region written as the array's ``[start, stop)``, from the slices ``(take, index)``
+#: of the takes its task is given, in order.
+SharedRegion = tuple[ArrayRef, int, int, tuple[tuple[int, int], ...]]
+
+
+def write_shared(regions: Sequence[SharedRegion], *taken: tuple[npt.NDArray[Any], ...]) -> None:
+    """Write the regions one set of partitions fills together, from the slices taken of each."""
+    for ref, start, stop, sources in regions:
+        write_region(ref, start, stop, *(taken[t][i] for t, i in sources))
 
 
 def wrote(kept: Edges) -> None:

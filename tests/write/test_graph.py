@@ -136,9 +136,9 @@ def _regions_written(layer: Any) -> dict[str, list[tuple[int, int]]]:
     """Every ``[start, stop)`` the layer's tasks write, by array path."""
     written: dict[str, list[tuple[int, int]]] = {}
     for func, *args in layer.values():
-        if func is tasks.write_region:
-            ref, start, stop = args[:3]
-            written.setdefault(ref.path, []).append((start, stop))
+        if func is tasks.write_shared:
+            for ref, start, stop, _ in args[0]:
+                written.setdefault(ref.path, []).append((start, stop))
         elif func is tasks.write_partition:
             for ref, start, stop, *_ in args[0]:
                 written.setdefault(ref.path, []).append((start, stop))
@@ -170,13 +170,13 @@ def test_every_chunk_is_written_once_by_a_sort_or_by_a_task_joining_edges(
     assert inner > np.count_nonzero(dense)  # of both layouts' data together
     for key in writes:
         func, *args = layer[key]
-        assert func in (tasks.write_region, tasks.wrote)
+        assert func in (tasks.write_shared, tasks.wrote)
         if func is tasks.wrote:
             assert layer[args[0]][0] is tasks.write_partition
             continue
-        for arg in args[3:]:
-            edge, sorted_, *_ = layer[arg]
-            assert edge is tasks.edge and layer[sorted_][0] is tasks.write_partition
+        for arg in args[1:]:
+            edges, sorted_, *_ = layer[arg]
+            assert edges is tasks.edges and layer[sorted_][0] is tasks.write_partition
 
 
 def _sent_bytes(collection: Any) -> int:
@@ -261,6 +261,6 @@ def test_each_kind_of_write_task_has_a_prefix_of_its_own(tmp_path: Path) -> None
     x = counts_matrix(cells=400, genes=60, density=0.1, rows_per_chunk=50)
     write = sd.to_sporadik(x, tmp_path / "s.zarr", compute=False, partition_bytes=5_000)
     kinds = Counter(key_split(key) for key in dict(write.__dask_graph__()))
-    for kind in ("sort-split", "sort-part", "sort", "wrote", "take-data", "shared-data"):
+    for kind in ("sort-split", "sort-part", "sort", "wrote", "take", "shared"):
         assert kinds[f"sporadik-write-{kind}"] > 0, kinds
     assert "sporadik-write" not in kinds
