@@ -3,12 +3,14 @@
 One write of the scaling benchmark's 1x input (generated lazily where the tasks run) on a
 2-worker ``LocalCluster``, after a small warm-up write, then the same write on two threads in
 this process. For the cluster: the task stream's compute and transfer time summed by layer (the
-key's name without its token), the minor page faults each worker process took, and the CPU time
-of each process (the scheduler runs in this process, beside the client). For threads: each
-layer's task time from a dask callback, and this process's page faults. ``--keep-freed`` starts
-the workers without distributed's ``MALLOC_TRIM_THRESHOLD_``; ``--persisted`` generates the
-input into memory (the workers', or this process's) before the write, so the write's tasks are
-the package's alone.
+key's name without its token), the minor page faults each worker process took, the CPU time
+of each process (the scheduler runs in this process, beside the client) and of the workers'
+threads by role (the threads that run tasks, the event loop that talks to the scheduler and to
+the other worker, any other), and the bytes each layer's results moved between workers. For
+threads: each layer's task time from a dask callback, and this process's page faults.
+``--keep-freed`` starts the workers without distributed's ``MALLOC_TRIM_THRESHOLD_``;
+``--persisted`` generates the input into memory (the workers', or this process's) before the
+write, so the write's tasks are the package's alone.
 
     .venv/bin/python benchmarks/task_times.py [--keep-freed] [--persisted] [--cells N]
 """
@@ -59,6 +61,39 @@ def _cpu() -> dict[str, tuple[float, float]]:
     return found
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's threads, by role: ``tasks`` (the threads that run
+    tasks, named with ``Dask-Default-Threads`` by distributed), ``event loop`` (the main
+    thread) and ``other``. Run on a worker by ``client.run``."""
+    import threading
+
+    found: dict[str, float] = collections.defaultdict(float)
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            spent = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # ended meanwhile
+            continue
+        if "Dask-Default-Threads" in thread.name:
+            role = "tasks"
+        elif thread is threading.main_thread():
+            role = "event loop"
+        else:
+            role = "other"
+        found[role] += spent
+    return dict(found)
+
+
+def _moved(dask_worker: Any) -> dict[str, int]:
+    """Bytes this worker received from the other, by layer. Run on a worker by ``client.run``."""
+    found: dict[str, int] = collections.defaultdict(int)
+    for transfer in dask_worker.transfer_incoming_log:
+        for key, nbytes in transfer["keys"].items():
+            found[_layer(key)] += nbytes
+    return dict(found)
+
+
 def _print_layers(totals: dict[tuple[str, str], float], tasks: collections.Counter[str]) -> None:
     for (layer, action), spent in sorted(totals.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {layer:36s} {action:9s} {spent:7.2f} s  {tasks[layer]:5d} tasks")
@@ -95,12 +130,14 @@ def _on_cluster(args: argparse.Namespace) -> None:
             wait(x)
         pending = sd.to_sporadik(x, args.work / "write-cluster.zarr", compute=False)
         os.sync()  # earlier writes' dirty pages go to disk now, not during this write
-        before, cpu = client.run(_faults), _cpu()
+        before, cpu, threads = client.run(_faults), _cpu(), client.run(_thread_cpu)
+        moved_before = client.run(_moved)
         started = time.perf_counter()
         with get_task_stream(client) as stream:
             pending.compute()
         seconds = time.perf_counter() - started
-        after, spent = client.run(_faults), _cpu()
+        after, spent, threads_after = client.run(_faults), _cpu(), client.run(_thread_cpu)
+        moved_after = client.run(_moved)
     totals: dict[tuple[str, str], float] = collections.defaultdict(float)
     tasks: collections.Counter[str] = collections.Counter()
     for task in stream.data:
@@ -118,6 +155,19 @@ def _on_cluster(args: argparse.Namespace) -> None:
         if role in cpu:
             user, system = (spent[role][i] - cpu[role][i] for i in range(2))
             print(f"    {role:34s} {user:7.2f} + {system:5.2f} s")
+    print("  CPU seconds of the workers' threads, by role:")
+    for role in ("tasks", "event loop", "other"):
+        used = sum(
+            threads_after[w].get(role, 0.0) - threads[w].get(role, 0.0) for w in threads_after
+        )
+        print(f"    {role:34s} {used:7.2f} s")
+    moved: collections.Counter[str] = collections.Counter()
+    for worker, layers in moved_after.items():
+        for layer, nbytes in layers.items():
+            moved[layer] += nbytes - moved_before[worker].get(layer, 0)
+    print(f"  moved between workers: {sum(moved.values()) / 1e6:,.0f} MB")
+    for layer, nbytes in moved.most_common(5):
+        print(f"    {layer:34s} {nbytes / 1e6:7.1f} MB")
     _print_layers(totals, tasks)
 
 
