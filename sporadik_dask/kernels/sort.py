@@ -24,6 +24,7 @@ __all__ = [
     "sort_by_key",
     "sort_by_lead",
     "split_by_bounds",
+    "stable_order",
 ]
 
 
@@ -186,6 +187,28 @@ def check_runs(counts: Any, indices: Any, data: Any, maxima: Any) -> Any:
         maxima[run] = largest
         at += n
     return unsorted, repeated
+
+
+def stable_order(
+    keys: npt.NDArray[np.int64], bound: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``keys`` (in ``[0, bound)``) sorted, and the order ``np.argsort(keys, kind="stable")``
+    gives.
+
+    numpy sorts int64 stably by timsort, and unstably by a vectorized sort nearly ten times
+    faster (1.4 M raveled cells: 0.14 s against 0.018 s, both results). Each key shifted up by
+    the bits of its index, with the index beside it, is unique, so the fast sort of the pairs
+    orders equal keys by index, as the stable sort does; keys too wide for their index beside
+    them in an int64 take the stable sort.
+    """
+    shift = max(keys.shape[0] - 1, 0).bit_length()
+    if bound > 2 ** (63 - shift):
+        order = np.argsort(keys, kind="stable")
+        return keys[order], order
+    packed = keys.astype(np.int64) << shift  # a new array: the caller's keys stay as they were
+    packed |= np.arange(keys.shape[0], dtype=np.int64)
+    packed.sort()
+    return packed >> shift, packed & ((1 << shift) - 1)
 
 
 def sort_by_key(

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sporadik_dask.kernels.sort import stable_order
 from sporadik_dask.planning.dtypes import ValueRange, merge_ranges
 from sporadik_dask.planning.plan import PositionCounts
 from sporadik_dask.write.kept import KeptPiece, keep_piece
@@ -104,8 +105,8 @@ def _added(counts: Sequence[PositionCounts]) -> PositionCounts:
         for c in counts:
             dense[c.positions] += c.counts  # each count names a position once
         return PositionCounts.of_dense(dense)
-    order = np.argsort(positions, kind="stable")
-    positions, values = positions[order], values[order]
+    positions, order = stable_order(positions, length)
+    values = values[order]
     starts = np.flatnonzero(np.concatenate(([True], positions[1:] != positions[:-1])))
     starts = starts[: positions.size]
     return PositionCounts(positions[starts], np.add.reduceat(values, starts), length)

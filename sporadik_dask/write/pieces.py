@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from sporadik_dask.format.errors import FetchError, LayoutError, SporadikError
 from sporadik_dask.format.spec import check_indices
+from sporadik_dask.kernels.sort import sort_by_key, stable_order
 from sporadik_dask.write.array_refs import ArrayRef
 
 __all__ = [
@@ -183,9 +184,8 @@ def merge_pieces(shape: Sequence[int], *pieces: Piece) -> Merged:
     """
     coords = np.concatenate([piece.coords for piece in pieces], axis=1)
     data = np.concatenate([piece.data for piece in pieces])
-    keys = ravel(coords, range(len(shape)), shape)
-    order = np.argsort(keys, kind="stable")
-    keys, data = keys[order], data[order]
+    keys, order = stable_order(ravel(coords, range(len(shape)), shape), math.prod(shape))
+    data = data[order]
     fresh = np.ones(keys.shape[0], dtype=bool)
     fresh[1:] = keys[1:] != keys[:-1]
     starts = np.flatnonzero(fresh)
@@ -202,7 +202,7 @@ def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[P
     keys = ravel(coords, range(len(shape)), shape)
     mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
     which = (mixed % np.uint64(partitions)).astype(np.int64)
-    order = np.argsort(which, kind="stable")
-    edges = np.searchsorted(which[order], np.arange(partitions + 1)).tolist()
-    coords, data = coords[:, order], data[order]
+    counts = np.bincount(which, minlength=partitions)
+    coords, data = sort_by_key(which, counts, coords, data)
+    edges = np.concatenate(([0], np.cumsum(counts))).tolist()
     return [Piece(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]

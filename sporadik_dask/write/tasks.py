@@ -26,6 +26,7 @@ from sporadik_dask.kernels.sort import (
     deal_positions,
     sort_by_key,
     split_by_bounds,
+    stable_order,
 )
 from sporadik_dask.planning.budgets import DENSE_POSITIONS
 from sporadik_dask.planning.plan import WritePlan
@@ -329,7 +330,7 @@ def _sorted_within_runs(
     """Each run sorted by index (the runs already in position order): the long way."""
     positions = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
     if counts.shape[0] * extent < 2**62:
-        order = np.argsort(positions * extent + indices, kind="stable")
+        _, order = stable_order(positions * extent + indices, counts.shape[0] * extent)
     else:  # pragma: no cover - a combined key past int64: rank-4 arrays of ~10^19 cells
         order = np.lexsort((indices, positions))
     return indices[order], data[order]
