@@ -205,10 +205,12 @@ def stable_order(
     if bound > 2 ** (63 - shift):
         order = np.argsort(keys, kind="stable")
         return keys[order], order
-    packed = keys.astype(np.int64) << shift  # a new array: the caller's keys stay as they were
+    packed = np.left_shift(keys, shift, dtype=np.int64)  # new: the caller's keys stay as given
     packed |= np.arange(keys.shape[0], dtype=np.int64)
     packed.sort()
-    return packed >> shift, packed & ((1 << shift) - 1)
+    order = packed & ((1 << shift) - 1)
+    packed >>= shift  # the sorted keys, in place: one array fewer at the peak
+    return packed, order
 
 
 def sort_by_key(

@@ -25,6 +25,8 @@ from sporadik_dask.write import array_refs, frame_pieces
 from sporadik_dask.write.kept import KeptPiece, kept_piece
 from sporadik_dask.write.pieces import (
     Piece,
+    cell_bounds,
+    cell_sample,
     checked_columns,
     merge_pieces,
     piece_of_block,
@@ -213,15 +215,23 @@ def pieces_of_frame(
 def _merged(
     raw: str, layer: Layer, shape: tuple[int, ...]
 ) -> tuple[tuple[Key, ...], tuple[Key, ...]]:
-    """Raw pieces that may name a cell twice (the keys ``(raw, b)`` of ``layer``), shuffled by a
-    hash of the cell into disjoint pieces, repeats added together and counted: the tasks are
-    added to ``layer``; the keys of the pieces and of their repeats are returned."""
+    """Raw pieces that may name a cell twice (the keys ``(raw, b)`` of ``layer``), shuffled by
+    ranges of raveled cells into disjoint pieces in C order, repeats added together and counted:
+    the tasks are added to ``layer``; the keys of the pieces and of their repeats are returned.
+
+    1. Each raw piece gives a sample of its cells; the samples' quantiles bound the ranges.
+    2. Each raw piece is split by those ranges, and each range's parts merged.
+    """
     blocks = [key for key in layer if isinstance(key, tuple) and key[0] == raw]
     merged = named(raw, "merged")
+    sampled, bounds = named(raw, "sample"), named(raw, "bounds")
+    for b, block in enumerate(blocks):
+        layer[(sampled, b)] = (cell_sample, block, shape)
+    layer[bounds] = (cell_bounds, len(blocks), *[(sampled, b) for b in range(len(blocks))])
     outputs, shuffled = shuffle(
         merged,
         blocks,
-        split=(split_by_cell, shape, len(blocks)),
+        split=(split_by_cell, shape, bounds),
         combine=[(merge_pieces, shape)] * len(blocks),
     )
     layer.update(shuffled)

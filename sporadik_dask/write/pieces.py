@@ -18,8 +18,11 @@ from sporadik_dask.kernels.sort import sort_by_key, stable_order
 from sporadik_dask.write.array_refs import ArrayRef
 
 __all__ = [
+    "CELL_SAMPLE",
     "Merged",
     "Piece",
+    "cell_bounds",
+    "cell_sample",
     "checked_columns",
     "merge_pieces",
     "piece_of_block",
@@ -27,6 +30,10 @@ __all__ = [
     "ravel",
     "split_by_cell",
 ]
+
+#: Cells each piece of coordinate columns gives to place the bounds of the merge's partitions:
+#: with as many partitions as pieces, ~1,000 samples a partition put its size within a few %.
+CELL_SAMPLE = 1_024
 
 
 class Piece(NamedTuple):
@@ -196,13 +203,34 @@ def merge_pieces(shape: Sequence[int], *pieces: Piece) -> Merged:
     return Merged(Piece(coords, data), repeats)
 
 
-def split_by_cell(piece: Piece, shape: Sequence[int], partitions: int) -> list[Piece]:
-    """Split a piece by a hash of each cell, so every copy of a cell meets in one partition."""
+def cell_sample(piece: Piece, shape: Sequence[int]) -> npt.NDArray[np.int64]:
+    """Raveled cells of every ``n``-th value of a piece, :data:`CELL_SAMPLE` of them at most
+    (every cell of a smaller piece), in the piece's order: the same piece gives the same sample."""
+    stride = max(-(-piece.data.shape[0] // CELL_SAMPLE), 1)
+    return ravel(piece.coords[:, ::stride], range(len(shape)), shape)
+
+
+def cell_bounds(partitions: int, *samples: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The raveled cells that start partitions ``1..partitions - 1``: quantiles of the pieces'
+    samples, so each partition gets about as many values as any other."""
+    found: npt.NDArray[np.int64] = np.sort(np.concatenate([np.zeros(0, np.int64), *samples]))
+    if not found.size:
+        return np.zeros(max(partitions - 1, 0), dtype=np.int64)
+    picked: npt.NDArray[np.int64] = found[np.arange(1, partitions) * found.shape[0] // partitions]
+    return picked
+
+
+def split_by_cell(piece: Piece, shape: Sequence[int], bounds: npt.NDArray[np.int64]) -> list[Piece]:
+    """Split a piece by ranges of raveled cells (:func:`cell_bounds`): every copy of a cell
+    meets in one partition, and partition ``p`` holds only cells before partition ``p + 1``'s.
+
+    Ranges rather than a hash of the cell make the merged pieces C-order stretches of the array,
+    as a dask array's row blocks are: each layout's runs then come out of a write's shuffle
+    sorted, and a piece spans few positions of the leading axis.
+    """
     coords, data = piece
-    keys = ravel(coords, range(len(shape)), shape)
-    mixed = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
-    which = (mixed % np.uint64(partitions)).astype(np.int64)
-    counts = np.bincount(which, minlength=partitions)
+    which = np.searchsorted(bounds, ravel(coords, range(len(shape)), shape), side="right")
+    counts = np.bincount(which, minlength=bounds.shape[0] + 1)
     coords, data = sort_by_key(which, counts, coords, data)
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
     return [Piece(coords[:, lo:hi], data[lo:hi]) for lo, hi in itertools.pairwise(edges)]

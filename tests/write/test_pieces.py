@@ -3,13 +3,22 @@ compared with dense arrays."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import sparse
 
 import sporadik_dask as sd
-from sporadik_dask.write.pieces import Piece, merge_pieces, piece_of_block, split_by_cell
+from sporadik_dask.write.pieces import (
+    Piece,
+    cell_bounds,
+    cell_sample,
+    merge_pieces,
+    piece_of_block,
+    split_by_cell,
+)
 from tests.helpers import random_dense
 
 
@@ -29,13 +38,36 @@ def test_merging_pieces_adds_repeated_cells_and_counts_them() -> None:
     assert np.all(np.diff(keys) > 0)
 
 
-def test_splitting_by_cell_sends_every_copy_of_a_cell_to_one_part() -> None:
-    coords = np.array([[0, 1, 0, 2, 1], [3, 1, 3, 0, 1]])
-    parts = split_by_cell(Piece(coords, np.arange(5.0)), (3, 4), 3)
+def test_splitting_by_cell_sends_every_copy_of_a_cell_to_one_part_in_order_of_cells() -> None:
+    coords = np.array([[0, 1, 0, 2, 1, 2], [3, 1, 3, 0, 1, 3]])
+    bounds = cell_bounds(3, cell_sample(Piece(coords, np.arange(6.0)), (3, 4)))
+    parts = split_by_cell(Piece(coords, np.arange(6.0)), (3, 4), bounds)
     homes = {tuple(cell): p for p, part in enumerate(parts) for cell in part.coords.T.tolist()}
     for p, part in enumerate(parts):
         assert all(homes[tuple(cell)] == p for cell in part.coords.T.tolist())
-    assert sum(part.data.size for part in parts) == 5
+    assert sum(part.data.size for part in parts) == 6
+    cells = [np.ravel_multi_index(tuple(part.coords), (3, 4)) for part in parts]
+    assert all(c.size for c in cells)
+    assert all(a.max() < b.min() for a, b in itertools.pairwise(cells))
+
+
+@pytest.mark.parametrize("pieces", [1, 3, 8])
+def test_bounds_from_samples_cut_the_cells_into_partitions_of_similar_size(pieces: int) -> None:
+    rng = np.random.default_rng(8)
+    shape = (100, 3_100_000_000)
+    raw = [
+        Piece(
+            np.stack([rng.integers(0, 100, 20_000), rng.integers(0, 31_000_000, 20_000)]),
+            np.ones(20_000),
+        )
+        for _ in range(pieces)
+    ]
+    bounds = cell_bounds(pieces, *(cell_sample(piece, shape) for piece in raw))
+    sizes = np.zeros(pieces, dtype=np.int64)
+    for piece in raw:
+        sizes += [part.coords.shape[1] for part in split_by_cell(piece, shape, bounds)]
+    assert sizes.sum() == 20_000 * pieces
+    assert sizes.max() <= 1.2 * 20_000
 
 
 SCIPY_FORMATS = ["csr", "csc", "coo", "lil", "dok", "bsr"]

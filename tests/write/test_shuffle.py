@@ -15,7 +15,7 @@ def _shuffled(inputs: int, partitions: int) -> tuple[list[Any], dict[Any, Any]]:
     return shuffle.shuffle(
         "s",
         [("in", b) for b in range(inputs)],
-        split=(split_by_cell, (4, 4), partitions),
+        split=(split_by_cell, (4, 4), "bounds"),
         combine=[(merge_pieces, (4, 4))] * partitions,
     )
 
@@ -29,7 +29,7 @@ def test_the_shuffle_splits_each_input_once_and_each_partition_gathers_one_part_
     splits = [key for key in layer if key[0] == "s-split"]
     assert splits == [("s-split", b) for b in range(inputs)]
     for b in range(inputs):
-        assert layer[("s-split", b)] == (split_by_cell, ("in", b), (4, 4), partitions)
+        assert layer[("s-split", b)] == (split_by_cell, ("in", b), (4, 4), "bounds")
     for p in range(partitions):
         func, shape, *parts = layer[("s", p)]
         assert (func, shape) == (merge_pieces, (4, 4))
