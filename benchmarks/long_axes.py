@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,10 +124,10 @@ def resident_mb(field: str) -> float:
     return int(line.split()[1]) / 1024
 
 
-def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
-    """One case in this process: seconds of the route's imports, of the read (and of the same
-    read again, if asked), the values read (a checksum), and the resident memory after the
-    imports."""
+def run_case(store: str, case: str, again: int = 0) -> dict[str, Any]:
+    """One case in this process: seconds of the route's imports, of the read (and the median of
+    ``again`` reads of the same again, if asked), the values read (a checksum), and the resident
+    memory after the imports."""
     what, route = case.rsplit(", ", 1)[0], CASES[case]
     began = time.perf_counter()
     if route == "reference":
@@ -216,9 +217,12 @@ def run_case(store: str, case: str, again: bool = False) -> dict[str, Any]:
     result["total"] = read()
     result["seconds"] = time.perf_counter() - start
     if again:
-        start = time.perf_counter()
-        read()
-        result["again_seconds"] = time.perf_counter() - start
+        times = []
+        for _ in range(again):
+            start = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - start)
+        result["again_seconds"] = statistics.median(times)
     return result
 
 
@@ -229,7 +233,7 @@ def checksum(x: Any) -> int:
     return int(np.asarray(computed.data).sum(dtype=np.int64))
 
 
-def child(store: str, case: str, limit: int, again: bool) -> None:
+def child(store: str, case: str, limit: int, again: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -238,11 +242,19 @@ def child(store: str, case: str, limit: int, again: bool) -> None:
     print(json.dumps(result))
 
 
-def measure(store: Path, case: str, limit_gb: float, timeout: float, again: bool) -> dict[str, Any]:
+def measure(
+    store: Path,
+    case: str,
+    limit_gb: float,
+    timeout: float,
+    again: int,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``case`` read in a fresh process (with ``env``, say a ``PYTHONPATH`` choosing a tree)."""
     limit = str(int(limit_gb * 2**30))
-    command = [sys.executable, __file__, "--child", str(store), case, limit, str(int(again))]
+    command = [sys.executable, __file__, "--child", str(store), case, limit, str(again)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"failed": f"past {timeout:.0f} s"}
     if done.returncode != 0:
@@ -271,7 +283,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     parser.add_argument("--both", action="store_true", help="stores with both layouts")
-    parser.add_argument("--again", action="store_true", help="time each read a second time")
+    parser.add_argument(
+        "--again",
+        type=int,
+        nargs="?",
+        const=1,
+        default=0,
+        help="time each read again in its process (N times: their median)",
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     stores = {}
@@ -290,7 +309,8 @@ def main() -> None:
         f"{values()[2].size:,} int32 values (all below 3.1e7), "
         f"{'both layouts' if args.both else 'row layout only'}; each case in a "
         "fresh process (synchronous scheduler): seconds of the read (then of the same read again "
-        "in that process, with --again; in brackets, of the route's imports: for this package "
+        "in that process, with --again; with --again N, the median of N; in brackets, of the "
+        "route's imports: for this package "
         "xarray, dask with dask.array and distributed, zarr and sparse; for the reference, zarr) "
         "and peak RSS past the imports (for this package about 230 MB, for the reference about "
         f"50 MB), then the peak RSS in brackets; under a {args.limit_gb:g} GB "
@@ -313,6 +333,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:] == ["1"])
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         main()

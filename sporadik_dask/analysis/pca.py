@@ -283,7 +283,7 @@ def _span_bounds(reader: Any, layout: Any) -> npt.NDArray[np.int64]:
     """Bounds of spans of the layout's positions of about :data:`SPAN_VALUES` values each."""
     from sporadik_dask.planning.plan import partition_bounds
 
-    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    ((lo, hi),) = reader.brackets([(layout, range(layout.positions))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, SPAN_VALUES)
     if bounds.size < 2:
@@ -319,7 +319,7 @@ def span_parts(
     genes = int(columns.max(initial=-1)) + 1
     start = int(bounds[0])
     for first, last in itertools.pairwise(bounds.tolist()):
-        ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+        ((lo, hi),) = reader.brackets([(layout, range(first, last))])
         indices, values = reader.runs(layout, lo, hi)
         indptr, column, taken = kept_of_runs(hi - lo, indices, columns)
         at = [

@@ -144,12 +144,16 @@ def _assemble_rank2(
     slots = slot_table(selection, other, indices.size)
     if slots is None:
         return None
-    asked = selection.inverse[axis]
-    starts = (np.cumsum(lengths) - lengths)[asked]
     if axis == 0:
+        asked = selection.inverse[axis]
+        starts = (np.cumsum(lengths) - lengths)[asked]
         reverse = not selection.ordered(other)
         return rows_of_runs(starts, lengths[asked], indices, data, slots, reverse=reverse)
     extent = len(selection.positions[other])
+    if selection.ordered(axis):  # the runs as read, end to end
+        return columns_of_runs(None, lengths, indices, data, slots, extent)
+    asked = selection.inverse[axis]  # each run once per request, in the caller's order
+    starts = (np.cumsum(lengths) - lengths)[asked]
     return columns_of_runs(starts, lengths[asked], indices, data, slots, extent)
 
 

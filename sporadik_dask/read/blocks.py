@@ -184,17 +184,25 @@ def _read_strip(
 
     strip = source[key]
     counts = [len(e) - 1 for e in edges]
-    spots = [
-        np.searchsorted(e, strip.coords[axis], side="right") - 1
-        for axis, e in zip(axes, edges, strict=True)
-    ]
-    which = np.ravel_multi_index(spots, counts) if spots[0].size else np.zeros(0, dtype=np.int64)
-    order = np.argsort(which, kind="stable")  # C order kept within each block
-    bounds = np.searchsorted(which[order], np.arange(math.prod(counts) + 1))
-    coords = strip.coords[:, order]
-    for axis, e, spot in zip(axes, edges, spots, strict=True):
-        coords[axis] -= e[spot[order]]
-    data = strip.data[order]
+    if axes == [0]:  # C order: each block a stretch of the strip's values, found by its edges
+        (e,) = edges
+        bounds = np.searchsorted(strip.coords[0], e)
+        coords, data = strip.coords, strip.data  # the strip is not kept: shifted in place
+        coords[0] -= np.repeat(e[:-1], np.diff(bounds))
+    else:
+        spots = [
+            np.searchsorted(e, strip.coords[axis], side="right") - 1
+            for axis, e in zip(axes, edges, strict=True)
+        ]
+        which = (
+            np.ravel_multi_index(spots, counts) if spots[0].size else np.zeros(0, dtype=np.int64)
+        )
+        order = np.argsort(which, kind="stable")  # C order kept within each block
+        bounds = np.searchsorted(which[order], np.arange(math.prod(counts) + 1))
+        coords = strip.coords[:, order]
+        for axis, e, spot in zip(axes, edges, spots, strict=True):
+            coords[axis] -= e[spot[order]]
+        data = strip.data[order]
     blocks = []
     for at in np.ndindex(*counts):
         shape = list(strip.shape)

@@ -17,7 +17,7 @@ from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.format.spec import check_indices
 from sporadik_dask.kernels.runs import copy_pieces, gather_runs
 from sporadik_dask.planning.budgets import BATCH_VALUES
-from sporadik_dask.read.routing import Brackets, run_chunks
+from sporadik_dask.read.routing import Brackets, abutting, held, run_chunks
 from sporadik_dask.read.selection import Axis, as_array, distinct
 from sporadik_dask.store.chunks import read_joined, read_visited
 from sporadik_dask.store.describe import LayoutDescription
@@ -60,23 +60,25 @@ def fetch_brackets(
         if _stretch(positions):
             ids = np.arange(positions.start // chunk, positions.stop // chunk + 1, dtype=np.int64)
         else:
-            held = as_array(positions)
-            ids = distinct(np.concatenate([held // chunk, (held + 1) // chunk]))
+            asked = as_array(positions)
+            ids = distinct(np.concatenate([asked // chunk, (asked + 1) // chunk]))
         fetches.append((indptr, ids))
     found = []
     for (layout, _, positions), (_, ids), table in zip(
         requests, fetches, read_joined(fetches, next_arrays=next_arrays), strict=True
     ):
         chunk = layout.chunks["indptr"]
-        if _stretch(positions):
+        if _stretch(positions):  # runs end to end: the offsets never decrease, in bounds
             first = positions.start - int(ids[0]) * chunk if ids.size else 0
             offsets = table[first : first + len(positions) + 1].astype(np.int64)
             lo, hi = offsets[:-1], offsets[1:]
+            broken = offsets[0] < 0 or offsets[-1] > layout.nnz or np.any(hi < lo)
         else:
-            held = as_array(positions)
-            lo = _elements(table, ids, chunk, held).astype(np.int64)
-            hi = _elements(table, ids, chunk, held + 1).astype(np.int64)
-        if lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)):
+            asked = as_array(positions)
+            lo = _elements(table, ids, chunk, asked).astype(np.int64)
+            hi = _elements(table, ids, chunk, asked + 1).astype(np.int64)
+            broken = lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo))
+        if broken:
             raise LayoutError(
                 f"Layout {layout.path!r} in {location}: indptr names runs outside its "
                 f"{layout.nnz} values or running backwards; the layout is corrupt, and "
@@ -110,7 +112,7 @@ def fetch_runs(
     is False, for a caller that checks each index as it uses it (a pass over them fewer).
     Runs are fetched in batches starting within one ``stretch`` of elements (:func:`_take_runs`).
     """
-    if int((brackets[1] - brackets[0]).sum()) == 0:
+    if held(*brackets) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
     indices, data = _take_runs(
         layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets, stretch
@@ -125,7 +127,7 @@ def fetch_values(
 ) -> npt.NDArray[Any]:
     """Wave two without the indices: the values of every run, for what needs no coordinate
     but the run's own (a reduction keeping only the indexed axis): half the chunks."""
-    if int((brackets[1] - brackets[0]).sum()) == 0:
+    if held(*brackets) == 0:
         return np.zeros(0, dtype=layout.dtype)
     (values,) = _take_runs(layout, {"data": data}, brackets)
     return values
@@ -149,15 +151,15 @@ def _take_runs(
        (docs/benchmarks.md, "Numbers behind the code's choices").
     """
     lo, hi = brackets
-    counts = hi - lo
-    total = int(counts.sum())
-    if bool(np.all(lo[1:] == hi[:-1])):
+    total = held(lo, hi)
+    if abutting(lo, hi):
         fetches = [(a, run_chunks(lo, hi, layout.chunks[name])) for name, a in arrays.items()]
         taken = []
         for (array, ids), table in zip(fetches, read_joined(fetches), strict=True):
             first = int(lo[0]) - int(ids[0]) * int(array.chunks[0])
             taken.append(table[first : first + total])
         return taken
+    counts = hi - lo
     at = np.cumsum(counts) - counts  # each run's place in the result
     order = np.argsort(lo, kind="stable")
     within = lo[order] // stretch

@@ -136,7 +136,7 @@ def _spans(
         budget = int(dask.config.get("sporadik.dense-partials-bytes", DENSE_PARTIALS_BYTES))
         partial = math.prod(target.out_shape) * 8 * len(needed_fields(op))
         spans = min(spans, max(1, budget // max(partial, 1)))
-    ((lo, hi),) = reader.brackets([(layout, np.arange(layout.positions, dtype=np.int64))])
+    ((lo, hi),) = reader.brackets([(layout, range(layout.positions))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
     bounds = partition_bounds(indptr, max(1, -(-int(indptr[-1]) // max(spans, 1))))
     if bounds.size < 2:  # an empty axis has no partition, but the result still needs a task

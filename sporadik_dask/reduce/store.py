@@ -43,7 +43,7 @@ def store_fields(
     layout = layout_for(reader, target, dense)
     axis = layout.indexed_axis
     first, last = span or (0, layout.positions)
-    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+    ((lo, hi),) = reader.brackets([(layout, range(first, last))])
     disjoint = None if dense else Disjoint.of(target, axis, reader.dtype)
     grouped_here = target.grouping is not None and target.grouping.axis == axis
     nothing = np.zeros(0, np.int64), np.zeros(0, reader.dtype)
@@ -217,7 +217,7 @@ def finished_cells(
     ``layout``, as :meth:`Regions.place_cells` takes them: each cell's lead, its offset among
     the lead's cells and its value, each lead's cells in C order."""
     first, last = span or (0, layout.positions)
-    ((lo, hi),) = reader.brackets([(layout, np.arange(first, last, dtype=np.int64))])
+    ((lo, hi),) = reader.brackets([(layout, range(first, last))])
     # the grouping kernel checks each index as it looks it up: signed indices need no widening
     stored = disjoint.by_code and layout.index_dtypes["indices"].kind == "i"
     fetch = Fetch(reader, layout, lo, hi, as_stored=stored)

@@ -121,11 +121,13 @@ def test_rows_of_runs_declines_a_run_out_of_order_and_a_dtype_numba_lacks() -> N
     cols=st.integers(1, 30),
     order=st.sampled_from(["ascending", "descending", "shuffled"]),
     unsorted=st.booleans(),
+    end_to_end=st.booleans(),
 )
 def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
-    seed: int, rows: int, cols: int, order: str, unsorted: bool
+    seed: int, rows: int, cols: int, order: str, unsorted: bool, end_to_end: bool
 ) -> None:
-    """Whatever the rows' order, and whatever the order within a run (a writer need not sort)."""
+    """Whatever the rows' order, and whatever the order within a run (a writer need not sort);
+    runs asked in any order, or every run as read, end to end (no starts given)."""
     rng = np.random.default_rng(seed)
     csc = sp.random(rows, cols, density=0.4, format="csc", random_state=rng)
     csc.data[:] = rng.integers(1, 100, csc.nnz)
@@ -133,7 +135,10 @@ def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
     if unsorted:
         for lo, hi in itertools.pairwise(csc.indptr):
             indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
-    asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
+    if end_to_end:
+        asked, starts, lengths = np.arange(cols), None, np.diff(csc.indptr).astype(np.int64)
+    else:
+        asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
     picked, slots = _selected(rng, rows, order)
     got = columns_of_runs(starts, lengths, indices, data, slots, picked.size)
     assert got is not None

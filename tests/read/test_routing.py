@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sporadik_dask as sd
 from sporadik_dask.read import Selection
-from sporadik_dask.read.routing import candidates, route, run_chunks
+from sporadik_dask.read.routing import abutting, candidates, held, route, run_chunks
 from tests.helpers import random_dense
 
 
@@ -21,6 +23,45 @@ def test_run_chunks_lists_every_chunk_a_nonempty_run_touches_once() -> None:
     lo, hi = np.array([0, 5, 12, 12, 35]), np.array([5, 12, 12, 19, 41])
     np.testing.assert_array_equal(run_chunks(lo, hi, 10), [0, 1, 3, 4])
     assert run_chunks(np.array([3]), np.array([3]), 10).size == 0
+
+
+def _chunks_one_run_at_a_time(lo: np.ndarray, hi: np.ndarray, chunk: int) -> list[int]:
+    touched = {
+        c
+        for a, b in zip(lo, hi, strict=True)
+        if b > a
+        for c in range(a // chunk, (b - 1) // chunk + 1)
+    }
+    return sorted(touched)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 25), max_size=12),
+    first=st.integers(0, 30),
+    chunk=st.integers(1, 12),
+    gap=st.sampled_from([0, 1, 2]),
+)
+def test_runs_end_to_end_are_known_as_such_and_touch_the_chunks_each_run_does(
+    lengths: list[int], first: int, chunk: int, gap: int
+) -> None:
+    """A stretch's brackets (one array of offsets seen twice), the same values copied, and views
+    of the offsets two apart or with gaps, which need not lie end to end."""
+    steps = [gap if k % 2 else 0 for k in range(len(lengths))]  # a gap before every other run
+    offsets = first + np.cumsum([0, *(n + s for n, s in zip(lengths, steps, strict=True))])
+    starts = offsets[:-1] + np.array(steps, dtype=np.int64)[: offsets.size - 1]
+    pairs = [
+        (starts, offsets[1:]),
+        (starts.copy(), offsets[1:].copy()),
+        (offsets[:-2], offsets[2:]),
+    ]
+    if gap == 0:
+        pairs.append((offsets[:-1], offsets[1:]))
+    for lo, hi in pairs:
+        expected = bool(np.array_equal(lo[1:], hi[:-1]))
+        assert abutting(lo, hi) == expected
+        assert held(lo, hi) == int((hi - lo).sum())
+        assert run_chunks(lo, hi, chunk).tolist() == _chunks_one_run_at_a_time(lo, hi, chunk)
 
 
 def test_fewer_chunks_win_over_fewer_values(tmp_path: Path) -> None:

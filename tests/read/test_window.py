@@ -122,6 +122,31 @@ def test_a_chunked_variable_takes_a_negative_step_as_numpy_does(tmp_path: Path, 
     np.testing.assert_array_equal(picked.data.compute().todense(), dense[key])
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_strip_split_into_blocks_gives_each_block_its_own_values_empty_blocks_too(
+    tmp_path: Path, axis: int
+) -> None:
+    """A region of one axis in blocks of the other is read once, as a strip, and split: along
+    the first axis by where each block starts among the strip's rows (C order), along another
+    by sorting each value to its block."""
+    dense = random_dense(np.random.default_rng(5), (12, 40), 0.4)
+    dense[2:6] = 0  # two whole blocks of rows without a value
+    dense[:, 8:12] = 0  # and one of columns
+    stored = dense if axis == 0 else dense.T
+    sd.to_sporadik(stored, tmp_path / "s.zarr", axes=(0, 1))
+    ds = open_dataset(tmp_path / "s.zarr", chunks={f"dim_{axis}": 2})
+    variable = ds[next(iter(ds.data_vars))]
+    picked = variable.isel({f"dim_{1 - axis}": slice(3, 30)}).data
+    expected = stored[(slice(None), slice(3, 30)) if axis == 0 else (slice(3, 30), slice(None))]
+    with dask.config.set(scheduler="synchronous"):
+        for at in np.ndindex(*picked.numblocks):
+            block = picked.blocks[at].compute()
+            edges = [np.cumsum((0, *c)) for c in picked.chunks]
+            want = expected[tuple(slice(e[i], e[i + 1]) for e, i in zip(edges, at, strict=True))]
+            np.testing.assert_array_equal(block.todense(), want)
+        np.testing.assert_array_equal(picked.compute().todense(), expected)
+
+
 @pytest.mark.parametrize("kind", ["list", "mask"])
 def test_a_list_or_mask_of_from_sporadik_reads_only_its_runs(tmp_path: Path, kind: str) -> None:
     dense = random_dense(np.random.default_rng(7), (400, 300), 0.2)
