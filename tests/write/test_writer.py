@@ -415,6 +415,34 @@ def test_repeated_cells_across_chunks_are_summed_or_refused(tmp_path: Path) -> N
     assert not (tmp_path / "refuse.zarr").exists()
 
 
+@pytest.mark.parametrize("chunk", [997, 20_000], ids=["many chunks", "one chunk"])
+def test_shuffled_coordinate_columns_store_the_layouts_row_blocks_of_their_sums_store(
+    tmp_path: Path, chunk: int
+) -> None:
+    """Columns in a table's order (not by cell), naming cells again across chunks, are merged by
+    ranges of cells; both layouts hold what row blocks of the summed values hold, array for
+    array."""
+    rng = np.random.default_rng(57)
+    shape = (20, 3_000_000)
+    cells = rng.integers(0, 20 * 3_000, 6_000) * 1_000 + rng.integers(0, 3, 6_000)
+    row, col = np.unravel_index(cells, shape)
+    values = rng.integers(1, 50, cells.size).astype(np.int32)
+    coordinates = (da.from_array(row, chunks=chunk), da.from_array(col, chunks=chunk))
+    columns = (da.from_array(values, chunks=chunk), coordinates)
+    sd.to_sporadik(columns, tmp_path / "columns.zarr", shape=shape)
+    summed = sparse.COO(np.stack([row, col]), values, shape=shape)  # repeats summed
+    assert summed.nnz < cells.size
+    blocks = da.from_array(summed, chunks=(5, shape[1]), asarray=False)
+    sd.to_sporadik(blocks, tmp_path / "blocks.zarr")
+    for axis in (0, 1):
+        for name in ("indices", "data", "indptr"):
+            path = f"layouts/axis{axis}/{name}"
+            np.testing.assert_array_equal(
+                zarr.open_array(tmp_path / "columns.zarr" / path, mode="r")[:],
+                zarr.open_array(tmp_path / "blocks.zarr" / path, mode="r")[:],
+            )
+
+
 def test_dataarray_labels_are_stored_where_other_readers_ignore_them(tmp_path: Path) -> None:
     dense = random_dense(np.random.default_rng(19), (6, 4), 0.5)
     sd.to_sporadik(labelled(_dask_sparse(dense, (3, 2))), tmp_path / "s.zarr")
