@@ -14,9 +14,11 @@ each: ``coo`` an in-memory ``sparse.COO`` (the default), ``blocks`` a dask array
 ``sparse.COO`` blocks of :data:`BLOCK_SAMPLES` samples, ``columns`` coordinate columns ``(data,
 (sample, position))`` in a shuffled order, as a BED-like table arrives, in dask chunks of
 :data:`COLUMN_CHUNK` entries. Each child then reads the row layout back (and the position
-layout at 3.1e7) and reports whether it holds exactly the values given. ``--workers 2`` writes
-on a 2-worker ``LocalCluster`` (one thread each) instead of two threads. Results replace this
-script's section (one per worker count and inputs) of ``docs/benchmarks.md``.
+layout at 3.1e7) and reports whether it holds exactly the values given; ``--traced`` adds the
+peak ``tracemalloc`` sees over the write (a section of its own: tracing slows it).
+``--workers 2`` writes on a 2-worker ``LocalCluster`` (one thread each) instead of two threads.
+Results replace this script's section (one per worker count and inputs) of
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -94,9 +96,14 @@ def holds_values(target: str, length: int) -> bool:
     return True
 
 
-def run_write(target: str, length: int, workers: int, kind: str) -> dict[str, Any]:
+def run_write(
+    target: str, length: int, workers: int, kind: str, traced: bool = False
+) -> dict[str, Any]:
     """One write of input ``kind`` in this process: seconds, and the peak RSS of this process
-    and of the largest worker, in MB; then whether the store holds the values given."""
+    and of the largest worker, in MB (with ``traced``, also the peak ``tracemalloc`` sees in
+    this process over the write alone, in MiB); then whether the store holds the values given."""
+    import tracemalloc
+
     import dask
 
     import sporadik_dask as sd
@@ -113,6 +120,8 @@ def run_write(target: str, length: int, workers: int, kind: str) -> dict[str, An
     else:
         dask.config.set(scheduler="threads", num_workers=2)
     cpu = _cpu() + (sum(client.run(_cpu).values()) if client is not None else 0)
+    if traced:
+        tracemalloc.start()
     start = time.perf_counter()
     try:
         description = sd.to_sporadik(x, target, overwrite=True, **options)
@@ -121,6 +130,9 @@ def run_write(target: str, length: int, workers: int, kind: str) -> dict[str, An
     seconds = time.perf_counter() - start
     cpu = _cpu() + (sum(client.run(_cpu).values()) if client is not None else 0) - cpu
     result = {"seconds": seconds, "cpu": cpu, "nnz": description.nnz, "peak_mb": _peak_mb()}
+    if traced:
+        result["traced_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
     if client is not None:
         result["worker_mb"] = max(client.run(_peak_mb).values())
         client.close()
@@ -146,9 +158,16 @@ def _cpu() -> float:
 
 
 def measure(
-    package: Path, target: Path, length: int, workers: int, kind: str, timeout: float
+    package: Path,
+    target: Path,
+    length: int,
+    workers: int,
+    kind: str,
+    timeout: float,
+    traced: bool = False,
 ) -> Any:
     command = [sys.executable, __file__, "--child", str(target), str(length), str(workers), kind]
+    command += ["traced"] if traced else []
     env = {**os.environ, "PYTHONPATH": str(package)}
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
@@ -168,6 +187,8 @@ def cell(result: dict[str, Any]) -> str:
     peak = f"{result['peak_mb']:,.0f} MB"
     if "worker_mb" in result:
         peak += f", worker {result['worker_mb']:,.0f} MB"
+    if "traced_mib" in result:
+        peak += f", traced {result['traced_mib']:,.0f} MiB"
     per_value = result["cpu"] / result["nnz"] * 1e9
     wrong = "" if result.get("same", True) else ", VALUES DIFFER"
     return (
@@ -185,6 +206,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--input", nargs="+", choices=INPUTS, default=["coo"])
     parser.add_argument("--lengths", nargs="+", type=float, default=LENGTHS)
+    parser.add_argument("--traced", action="store_true", help="also tracemalloc's peak")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     lengths = [int(length) for length in args.lengths]
@@ -198,6 +220,10 @@ def main() -> None:
     if lengths != list(LENGTHS):
         command += " --lengths " + " ".join(f"{length:.1e}" for length in lengths)
     command += f" --workers {args.workers}"
+    if args.traced:  # tracemalloc slows the write: its own section
+        tag += "-traced"
+        where += ", traced"
+        command += " --traced"
     revisions = [(args.before_label, args.before)] if args.before else []
     revisions.append(("this revision", ROOT))
     lines = [
@@ -212,6 +238,7 @@ def main() -> None:
         + (" and its workers" if args.workers else "")
         + "; and per value) and peak RSS of the process"
         + (" and of the largest worker" if args.workers else "")
+        + ("; and the peak `tracemalloc` sees in the process over the write" if args.traced else "")
         + ".",
         "",
         "| revision | " + " | ".join(f"L = {length:.1e}" for length in lengths) + " |",
@@ -222,7 +249,9 @@ def main() -> None:
         for label, package in revisions:
             for kind in args.input:
                 target = args.work / f"w-{length}.zarr"
-                found = measure(package, target, length, args.workers, kind, args.timeout)
+                found = measure(
+                    package, target, length, args.workers, kind, args.timeout, args.traced
+                )
                 rows[label, kind].append(found)
                 print(label, kind, length, found, flush=True)
     for (label, kind), found in rows.items():
@@ -233,6 +262,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(run_write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])))
+        traced = sys.argv[6:] == ["traced"]
+        found = run_write(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], traced)
+        print(json.dumps(found))
     else:
         main()
