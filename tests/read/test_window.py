@@ -140,9 +140,8 @@ def test_a_strip_split_into_blocks_gives_each_block_its_own_values_empty_blocks_
     expected = stored[(slice(None), slice(3, 30)) if axis == 0 else (slice(3, 30), slice(None))]
     with dask.config.set(scheduler="synchronous"):
         edges = [np.cumsum((0, *c)) for c in picked.chunks]
-        for at in np.ndindex(
-            *picked.numblocks
-        ):  # by slices: dask's expression model has no .blocks
+        # each block by its slice: dask's expression model has no .blocks
+        for at in np.ndindex(*picked.numblocks):
             cut = tuple(slice(e[i], e[i + 1]) for e, i in zip(edges, at, strict=True))
             np.testing.assert_array_equal(picked[cut].compute().todense(), expected[cut])
         np.testing.assert_array_equal(picked.compute().todense(), expected)
