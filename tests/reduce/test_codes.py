@@ -24,7 +24,7 @@ from sporadik_dask.read.selection import normalize_key
 from sporadik_dask.reduce.codes import CodeWindows
 from sporadik_dask.reduce.target import Grouping, Picked
 from tests.helpers import random_dense
-from tests.reduce.test_target import EXTENT, selections, table_of
+from tests.reduce.test_target import EXTENT, drawn_codes, selections, table_of
 
 
 @given(
@@ -40,14 +40,8 @@ def test_each_batchs_window_gives_its_positions_the_groups_a_table_of_the_axis_g
     """Batches of positions in any order, windows of any size: a position inside the window is
     looked up in it, one outside is in no group, and a batch reaching past what a window holds
     has none."""
-    codes: Any = None
-    size = max(len(picked), 1)
-    if how == "one for all":
-        codes, size = 0, 1
-    elif how == "a groupby's":
-        size = 4
-        each = st.lists(st.integers(-1, size - 1), min_size=len(picked), max_size=len(picked))
-        codes = np.array(data.draw(each), dtype=np.int64)
+    codes, size = drawn_codes(picked, how, data)
+    size = max(size, 1)
     table = table_of(picked, codes)
     with dask.config.set({"sporadik.group-table-bytes": window_bytes}):
         windows = CodeWindows(Grouping(0, Picked.of(picked, codes), size))

@@ -41,18 +41,22 @@ def table_of(picked: Axis, codes: Any) -> npt.NDArray[np.int64]:
     return table
 
 
+def drawn_codes(picked: Axis, how: str, data: st.DataObject) -> tuple[Any, int]:
+    """The picked positions' codes and the number of groups: ``how`` is "each its own" (None,
+    a group per position), "one for all" (0) or "a groupby's" (drawn, some -1, of 4 groups)."""
+    if how == "one for all":
+        return 0, 1
+    if how == "a groupby's":
+        each = st.lists(st.integers(-1, 3), min_size=len(picked), max_size=len(picked))
+        return np.array(data.draw(each), dtype=np.int64), 4
+    return None, len(picked)
+
+
 @given(selections(), st.sampled_from(["each its own", "one for all", "a groupby's"]), st.data())
 def test_a_selection_held_as_it_names_its_positions_groups_as_a_table_of_the_axis(
     picked: Axis, how: str, data: st.DataObject
 ) -> None:
-    codes: Any = None
-    size = len(picked)
-    if how == "one for all":
-        codes, size = 0, 1
-    elif how == "a groupby's":
-        size = 4
-        each = st.lists(st.integers(-1, size - 1), min_size=len(picked), max_size=len(picked))
-        codes = np.array(data.draw(each), dtype=np.int64)
+    codes, size = drawn_codes(picked, how, data)
     held = Grouping(0, Picked.of(picked, codes), size)
     table = Grouping(0, table_of(picked, codes), size)
     assert Grouping.picked(0, EXTENT, picked, codes, size).lookup is not None  # a short axis's
