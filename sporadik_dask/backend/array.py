@@ -23,6 +23,7 @@ __all__ = [
     "backend_under",
     "outer_of",
     "outer_selection",
+    "read_not_kept",
 ]
 
 
@@ -225,3 +226,12 @@ def outer_selection(data: Any) -> Outer | None:
         for part, size in zip(key.tuple, backend.shape, strict=True)
     )
     return Outer(backend, positions, tuple(range(backend.ndim)))
+
+
+def read_not_kept(held: Any) -> Any:
+    """The values of a lazily opened variable's wrappers, read without filling xarray's
+    in-memory cache (``MemoryCachedArray`` keeps what it reads)."""
+    from xarray.core.indexing import MemoryCachedArray
+
+    inner = held.array if isinstance(held, MemoryCachedArray) else held
+    return inner.get_duck_array()

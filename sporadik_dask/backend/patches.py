@@ -96,6 +96,7 @@ _MANAGER = "xarray.namedarray.daskmanager"
 #: Every patch, in the order installed.
 PATCHES: tuple[Patch, ...] = (
     Patch(_VARIABLE, "Variable", "reduce", _pushdown("pushdown.pushing_down")),
+    Patch(_VARIABLE, "Variable", "quantile", _pushdown("order.quantile_pushing_down")),
     Patch(_GROUPBY, "DataArrayGroupBy", "reduce", _grouped("grouped_pushing_down", by_name=False)),
     Patch(
         _GROUPBY, "DataArrayGroupBy", "_flox_reduce", _grouped("grouped_pushing_down", by_name=True)

@@ -26,15 +26,22 @@ from typing import Any
 import numpy as np
 
 from sporadik_dask.backend.accessor import READER_KEY
-from sporadik_dask.backend.array import backend_under
+from sporadik_dask.backend.array import backend_under, read_not_kept
 from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.elementwise import Recorded, recorded
+from sporadik_dask.backend.order import order_data, refuse_dense
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.blocks import reader_of
 from sporadik_dask.read.dask_model import EXPRESSIONS
 
-__all__ = ["op_of", "options_of", "pushed_data", "pushing_down", "where_filled"]
+__all__ = [
+    "op_of",
+    "options_of",
+    "pushed_data",
+    "pushing_down",
+    "where_filled",
+]
 
 
 def pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,12 +131,15 @@ def _pushed_down(
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
-    if variable.size == 0 and op_of(func) in ("max", "min"):  # no value to pick: xarray's
-        from xarray.core.variable import Variable  # answer (or error) on the empty array
+    refuse_dense(variable, func, dim)
+    if variable.size == 0 and (op_of(func) in ("max", "min") or func is _median()):
+        from xarray.core.variable import Variable  # no value to pick: xarray's answer or error
 
         empty = Variable(variable.dims, np.zeros(variable.shape, variable.dtype))
         reduced = empty.reduce(func, dim=dim, axis=axis, keepdims=keepdims, **kwargs)
         return reduced.dims, reduced.data
+    if func is _median() and not keepdims:
+        return _median_of(variable, dim, axis, kwargs)
     options = options_of(op_of(func), variable.dtype, kwargs)
     axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
@@ -146,6 +156,35 @@ def _pushed_down(
         valid = pushed_data(variable, target, "count", True, 0, dense=True)
         data = _missing_below(data, valid, int(min_count), whole=not target.kept)
     return tuple(variable.dims[a] for a in target.kept), _aligned(data, variable, target)
+
+
+def _median() -> Any:
+    from xarray.core import duck_array_ops
+
+    return duck_array_ops.median
+
+
+def _median_of(
+    variable: Any, dim: Any, axis: Any, kwargs: dict[str, Any]
+) -> tuple[tuple[Hashable, ...], Any] | None:
+    """``median`` from the stored values (:mod:`~sporadik_dask.backend.order`), numpy's
+    ``nanmedian`` with ``skipna`` (by default for floats), else its ``median``."""
+    import dask
+
+    from sporadik_dask.reduce.quantiles import Statistic
+
+    axes = _axes_of(variable, dim, axis)
+    extra = set(kwargs) - {"skipna", "numeric_only"}
+    if not dask.config.get("sporadik.pushdown", True) or axes is None or extra:
+        return None
+    if variable.dtype.kind not in "biuf":
+        return None
+    skipna = kwargs.get("skipna")
+    if skipna is None:
+        skipna = variable.dtype.kind in "cfO"
+    kept = tuple(a for a in range(variable.ndim) if a not in axes)
+    data = order_data(variable, kept, Statistic(None, bool(skipna)))
+    return None if data is None else (tuple(variable.dims[a] for a in kept), data)
 
 
 def _aligned(data: Any, variable: Any, target: Any) -> Any:
@@ -231,21 +270,12 @@ def pushed_data(
             return reduced
         # the selection read as a sparse.COO, not kept: the variable stays lazy, so a step of
         # it after the reduction is of its dask read, as before it (X.isel(...) / total)
-        selected = _read_not_kept(held)
+        selected = read_not_kept(held)
     else:  # held in memory (loaded): reduced the same way, so both give the same
         selected = variable.data
     if not hasattr(selected, "coords") or absent_value(selected) is not None:
         return None  # absent cells of another value (after X + 1): xarray's own path
     return reduce_coo(selected, op, target, skipna=skipna, ddof=ddof, dense=dense)
-
-
-def _read_not_kept(held: Any) -> Any:
-    """The values of a lazily opened variable's wrappers, read without filling xarray's
-    in-memory cache (``MemoryCachedArray`` keeps what it reads)."""
-    from xarray.core.indexing import MemoryCachedArray
-
-    inner = held.array if isinstance(held, MemoryCachedArray) else held
-    return inner.get_duck_array()
 
 
 def _selection_reduced(

@@ -1,0 +1,219 @@
+"""``quantile`` and ``median`` of a store's variable are xarray's on the dense array, lazily,
+chunked, of selections and loaded; ``cumsum``, ``cumprod``, ``argmax`` and ``argmin`` are refused
+in words that name what to do instead."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dask
+import numpy as np
+import numpy.typing as npt
+import pytest
+import sparse
+import xarray as xr
+
+import sporadik_dask as sd
+from sporadik_dask.backend.order import DenseResultError
+
+ROUTES: dict[str, dict[str, Any]] = {
+    "lazy": {},
+    "chunks={}": {"chunks": {}},
+    "small chunks": {"chunks": {"cell": 7, "gene": 5}},
+    "loaded": {},
+}
+
+
+def _dense(dtype: str, shape: tuple[int, ...] = (37, 23)) -> npt.NDArray[Any]:
+    """Values of both signs, mostly absent: whole lines of zeros, lines of negatives only, one
+    line of one value, and (floats) stored NaN."""
+    rng = np.random.default_rng(3)
+    dense = rng.integers(-5, 9, size=shape).astype(dtype)
+    dense[rng.random(shape) < 0.7] = 0
+    dense[2] = 0
+    dense[5] = -np.abs(dense[5]) - 1
+    dense[7] = 0
+    dense[7, (1,) * (len(shape) - 1)] = 4
+    dense[:, 3] = 0
+    if dense.dtype.kind == "f":
+        dense[9, :4] = np.nan
+        dense[11, 1] = np.nan
+    return dense
+
+
+def _dims(ndim: int) -> tuple[str, ...]:
+    return ("cell", "gene", "batch")[:ndim]
+
+
+def _store(tmp: Path, dense: npt.NDArray[Any]) -> Path:
+    path = tmp / "s.zarr"
+    data = xr.DataArray(sparse.COO.from_numpy(dense), dims=_dims(dense.ndim), name="X")
+    sd.to_sporadik(data, path, chunk=16)
+    return path
+
+
+def _open(path: Path, route: str) -> xr.DataArray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        X = xr.open_dataset(path, engine="sporadik", **ROUTES[route])["X"]
+    return X.load() if route == "loaded" else X
+
+
+@pytest.fixture(scope="module", params=["float64", "float32", "int32", "int64"])
+def stored(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, xr.DataArray]:
+    dense = _dense(request.param)
+    path = _store(tmp_path_factory.mktemp(request.param), dense)
+    return path, xr.DataArray(dense, dims=_dims(2))
+
+
+def _value(result: xr.DataArray) -> Any:
+    return result.compute().data
+
+
+def _same(got: xr.DataArray, want: xr.DataArray) -> None:
+    assert got.dims == want.dims, (got.dims, want.dims)
+    values = _value(got)
+    assert isinstance(values, np.ndarray), type(values)
+    assert values.dtype == want.dtype, (values.dtype, want.dtype)
+    np.testing.assert_array_equal(values, want.values)
+    for name, coord in want.coords.items():
+        np.testing.assert_array_equal(got[name].values, coord.values)
+
+
+CALLS: dict[str, Callable[[xr.DataArray], xr.DataArray]] = {
+    "median('cell')": lambda X: X.median("cell"),
+    "median('gene')": lambda X: X.median("gene"),
+    "median()": lambda X: X.median(),
+    "median('cell', skipna=False)": lambda X: X.median("cell", skipna=False),
+    "quantile(0.3, 'cell')": lambda X: X.quantile(0.3, "cell"),
+    "quantile([0, 0.1, 0.5, 0.9, 1], 'gene')": lambda X: X.quantile([0, 0.1, 0.5, 0.9, 1], "gene"),
+    "quantile(0.75)": lambda X: X.quantile(0.75),
+    "quantile([0.25, 0.5], ['cell', 'gene'])": lambda X: X.quantile([0.25, 0.5], ["cell", "gene"]),
+    "quantile(0.5, 'cell', skipna=False)": lambda X: X.quantile(0.5, "cell", skipna=False),
+    "quantile([0.2], 'gene', skipna=True)": lambda X: X.quantile([0.2], "gene", skipna=True),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("call", list(CALLS))
+def test_an_order_statistic_of_a_store_is_xarrays_of_the_dense_array(
+    stored: tuple[Path, xr.DataArray], route: str, call: str
+) -> None:
+    path, dense = stored
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = CALLS[call](dense)
+    got = CALLS[call](_open(path, route))
+    if route.endswith("chunks") or route == "chunks={}":
+        assert isinstance(got.data, dask.array.Array), type(got.data)
+    _same(got, want)
+
+
+SELECTIONS: dict[str, Callable[[xr.DataArray], xr.DataArray]] = {
+    "a list of genes": lambda X: X.isel(gene=[9, 3, 3, 0, 17]),
+    "a slice of cells": lambda X: X.isel(cell=slice(30, 2, -3)),
+    "a mask of cells, a slice of genes": lambda X: X.isel(
+        cell=np.arange(37) % 3 != 1, gene=slice(4, 20)
+    ),
+    "a transposed view": lambda X: X.T,
+}
+
+
+@pytest.mark.parametrize("route", ["lazy", "chunks={}"])
+@pytest.mark.parametrize("selection", list(SELECTIONS))
+def test_an_order_statistic_of_a_selection_is_xarrays_of_the_dense_selection(
+    stored: tuple[Path, xr.DataArray], route: str, selection: str
+) -> None:
+    path, dense = stored
+    X = SELECTIONS[selection](_open(path, route))
+    want = SELECTIONS[selection](dense)
+    _same(X.median("cell"), want.median("cell"))
+    _same(X.quantile([0.1, 0.6], "gene"), want.quantile([0.1, 0.6], "gene"))
+
+
+@pytest.mark.parametrize("route", ["lazy", "chunks={}"])
+def test_an_order_statistic_of_three_axes_keeps_one_or_two(tmp_path: Path, route: str) -> None:
+    dense = _dense("float64", (13, 11, 4))
+    X = _open(_store(tmp_path, dense), route)
+    want = xr.DataArray(dense, dims=_dims(3))
+    for dims in ("cell", ["cell", "batch"], ["gene", "batch"], None):
+        _same(X.median(dims), want.median(dims))
+        _same(X.quantile([0.3, 0.9], dims), want.quantile([0.3, 0.9], dims))
+
+
+@pytest.mark.parametrize("route", ["lazy", "chunks={}"])
+def test_an_empty_axis_gives_xarrays_answer_or_error(tmp_path: Path, route: str) -> None:
+    X = _open(_store(tmp_path, np.zeros((0, 6))), route)
+    want = xr.DataArray(np.zeros((0, 6)), dims=_dims(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _same(X.median("cell"), want.median("cell"))
+        _same(X.median("gene"), want.median("gene"))
+        for dim in ("cell", "gene"):  # xarray's apply_ufunc refuses numpy's answer
+            with pytest.raises(ValueError, match="unexpected number of dimensions"):
+                want.quantile(0.5, dim)
+            with pytest.raises(ValueError, match="unexpected number of dimensions"):
+                X.quantile(0.5, dim)
+
+
+def test_an_order_statistic_of_a_dataset_has_its_quantile_coordinate(tmp_path: Path) -> None:
+    dense = _dense("float64")
+    path = _store(tmp_path, dense)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ds = xr.open_dataset(path, engine="sporadik")
+    got = ds.quantile([0.5, 0.9], "cell")["X"]
+    _same(got, xr.DataArray(dense, dims=_dims(2)).quantile([0.5, 0.9], "cell"))
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_quantiles_with_another_method_are_refused_with_what_to_do(
+    stored: tuple[Path, xr.DataArray], route: str
+) -> None:
+    path, _ = stored
+    with pytest.raises(DenseResultError, match=r"method 'nearest'.*as_numpy\(\)"):
+        _open(path, route).quantile(0.5, "cell", method="nearest")
+    with pytest.raises(ValueError, match=r"range \[0, 1\]"):
+        _open(path, route).quantile(1.5, "cell")
+
+
+REFUSED = {
+    "cumsum": lambda X: X.cumsum("cell"),
+    "cumprod": lambda X: X.cumprod("gene"),
+    "argmax": lambda X: X.argmax("cell"),
+    "argmin": lambda X: X.argmin("gene"),
+    "idxmax": lambda X: X.idxmax("cell"),
+}
+
+
+# a loaded variable's idxmax of floats is xarray's `where` of it first: sparse's array, not ours
+REFUSALS = [(n, r) for n in REFUSED for r in ROUTES if (n, r) != ("idxmax", "loaded")]
+
+
+@pytest.mark.parametrize(("name", "route"), REFUSALS)
+def test_a_dense_result_is_refused_naming_the_dense_selection_to_take(
+    tmp_path: Path, route: str, name: str
+) -> None:
+    dense = _dense("float64")
+    X = _open(_store(tmp_path, dense), route)
+    X = X.assign_coords(cell=np.arange(37), gene=np.arange(23))
+    with pytest.raises(DenseResultError, match=r"sporadik variable of shape \(37, 23\)") as error:
+        REFUSED[name](X)
+    message = str(error.value)
+    assert "as_numpy()" in message and "Select what fits in memory" in message, message
+    if name.startswith(("arg", "idx")):
+        assert ".max(" in message or ".min(" in message, message
+    small = X.isel(cell=slice(0, 6)).as_numpy()  # the advice, followed
+    want = REFUSED[name](xr.DataArray(dense[:6], dims=_dims(2), coords=small.coords))
+    _same(REFUSED[name](small), want)
+
+
+def test_switched_off_a_quantile_is_xarrays_own(stored: tuple[Path, xr.DataArray]) -> None:
+    path, _ = stored
+    with dask.config.set({"sporadik.pushdown": False}), pytest.raises((TypeError, AttributeError)):
+        _open(path, "lazy").quantile(0.5, "cell")
