@@ -1,13 +1,14 @@
-"""``quantile`` and ``median`` of sporadik variables, from the stored values; ``argmax``,
-``argmin``, ``cumsum`` and ``cumprod`` refused in words that say what to do.
+"""``quantile``, ``median``, ``argmax`` and ``argmin`` of sporadik variables, from the stored
+values; ``cumsum`` and ``cumprod`` refused in words that say what to do.
 
-xarray hands a quantile to numpy's ``nanquantile`` and a median to ``nanmedian``, which
-``sparse`` does not implement, and under dask sorts each line's blocks densely, which
-``sparse``'s blocks refuse. A line's quantile is an order statistic of its stored values and
-its absent zeros, answered here per batch of a layout's runs
-(:mod:`~sporadik_dask.reduce.quantiles`). ``Variable.quantile`` is wrapped (installed by
-:mod:`~sporadik_dask.backend.patches`); the median comes through ``Variable.reduce``
-(:mod:`~sporadik_dask.backend.pushdown`). Every other variable goes to xarray unchanged.
+xarray hands a quantile to numpy's ``nanquantile``, a median to ``nanmedian`` and a position to
+``nanargmax``, which ``sparse`` does not implement, and under dask sorts each line's blocks
+densely, which ``sparse``'s blocks refuse. A line's quantile is an order statistic of its stored
+values and its absent zeros, and its extreme's position is a stored value's or its first absent
+cell's: answered here per batch of a layout's runs (:mod:`~sporadik_dask.reduce.quantiles`).
+``Variable.quantile`` is wrapped (installed by :mod:`~sporadik_dask.backend.patches`); the rest
+come through ``Variable.reduce`` (:mod:`~sporadik_dask.backend.pushdown`). Every other variable
+goes to xarray unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from sporadik_dask.backend.array import backend_under, read_not_kept
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.reduce.quantiles import (
+    Ordered,
+    Position,
     Statistic,
     order_blocks,
     order_coo,
@@ -31,19 +34,26 @@ from sporadik_dask.reduce.quantiles import (
     store_layout,
 )
 
-__all__ = ["DenseResultError", "order_data", "quantile_pushing_down", "refuse_dense"]
+__all__ = [
+    "DenseResultError",
+    "order_data",
+    "positions_of",
+    "quantile_pushing_down",
+    "refuse_dense",
+]
 
 
 class DenseResultError(SporadikError, TypeError):
     """An operation of a store's variable that its stored values alone cannot answer."""
 
 
-#: What each refused reduction gives, why the stored values cannot give it, and instead.
+#: Why each refused reduction's answer is not computed from the stored values (``argmax`` and
+#: ``argmin`` along one dim or all are: :func:`positions_of`).
 _REFUSED = {
-    "cumsum": "a running sum is dense (every cell after a line's first value is set)",
-    "cumprod": "a running product is dense (every cell before a line's first zero is set)",
-    "argmax": "the position of the largest value may be an absent zero, which is not stored",
-    "argmin": "the position of the smallest value may be an absent zero, which is not stored",
+    "cumsum": "a running sum is dense (every cell after a line's first value is set), and "
+    "sparse arrays have no cumsum",
+    "cumprod": "a running product is dense (every cell before a line's first zero is set), and "
+    "sparse arrays have no cumprod",
 }
 
 
@@ -58,13 +68,34 @@ def refuse_dense(variable: Any, func: Callable[..., Any], dim: Any) -> None:
     if not is_sporadik_variable(variable):
         return
     along = f"({dim!r})" if dim is not None else "()"
-    kind = {"argmax": "max", "argmin": "min"}.get(found)
-    instead = f" Its value, `.{kind}{along}`, is computed from the store." if kind else ""
     raise DenseResultError(
-        f"{found} along {dim!r} of a sporadik variable of shape {variable.shape}: {_REFUSED[found]}"
-        f", and sparse arrays have no {found}.{instead} Select what fits in memory and make it "
-        f"dense first: `X.isel(...).as_numpy().{found}{along}`."
+        f"{found} along {dim!r} of a sporadik variable of shape {variable.shape}: "
+        f"{_REFUSED[found]}. Select what fits in memory and make it dense first: "
+        f"`X.isel(...).as_numpy().{found}{along}`."
     )
+
+
+def positions_of(
+    variable: Any, func: Callable[..., Any], axes: tuple[int, ...] | None, kwargs: dict[str, Any]
+) -> Any:
+    """``argmax`` or ``argmin`` of a store's variable along one axis ``axes`` or all (numpy's
+    flat position), from the stored values and their positions
+    (:class:`~sporadik_dask.reduce.quantiles.Position`); None for any other reduction, some
+    axes but not all, or data held as anything but sparse."""
+    import dask
+    from xarray.core import duck_array_ops
+
+    largest = {duck_array_ops.argmax: True, duck_array_ops.argmin: False}.get(func)
+    extra = set(kwargs) - {"skipna"}
+    if largest is None or axes is None or extra or len(axes) not in (1, variable.ndim):
+        return None
+    if not dask.config.get("sporadik.pushdown", True) or variable.dtype.kind not in "biuf":
+        return None
+    skipna = kwargs.get("skipna")
+    if skipna is None:
+        skipna = variable.dtype.kind in "cfO"
+    kept = tuple(a for a in range(variable.ndim) if a not in axes)
+    return order_data(variable, kept, Position(largest, bool(skipna)))
 
 
 def quantile_pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -145,7 +176,7 @@ def _variable(
     return result
 
 
-def order_data(variable: Any, kept: Sequence[int], statistic: Statistic) -> Any:
+def order_data(variable: Any, kept: Sequence[int], statistic: Ordered) -> Any:
     """``statistic`` of each line of a sporadik variable along its axes ``kept``, shape
     ``(*lead, *kept shape)``: numpy lazily or loaded, dask under ``chunks=``; None for data
     held as anything but ``sparse.COO``.
@@ -163,14 +194,14 @@ def order_data(variable: Any, kept: Sequence[int], statistic: Statistic) -> Any:
     held = variable._data
     if hasattr(held, "dask") and hasattr(held, "chunks"):
         source = reader_of(held) if is_read_dask(held) else None
-        if isinstance(source, StoreReader) and store_layout(source, kept) is not None:
+        if isinstance(source, StoreReader) and store_layout(source, kept, statistic) is not None:
             return order_store_dask(source, kept, statistic, math.prod(held.numblocks))
         return order_blocks(held, kept, statistic)
     beneath = backend_under(held)
     backend = beneath.backend
     if backend is not None and beneath.whole and beneath.axes == tuple(range(variable.ndim)):
         reader = backend.reader
-        if store_layout(reader, kept) is not None:
+        if store_layout(reader, kept, statistic) is not None:
             return order_store(reader, kept, statistic)
     selected = read_not_kept(held) if backend is not None else variable.data
     if not hasattr(selected, "coords"):

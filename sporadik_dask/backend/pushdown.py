@@ -29,7 +29,7 @@ from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import backend_under, read_not_kept
 from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.elementwise import Recorded, recorded
-from sporadik_dask.backend.order import order_data, refuse_dense
+from sporadik_dask.backend.order import order_data, positions_of, refuse_dense
 from sporadik_dask.backend.ours import is_read_dask, is_sporadik_variable
 from sporadik_dask.read import StoreReader
 from sporadik_dask.read.blocks import reader_of
@@ -131,6 +131,10 @@ def _pushed_down(
 
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
+    axes = _axes_of(variable, dim, axis)
+    positions = None if keepdims else positions_of(variable, func, axes, kwargs)
+    if positions is not None and axes is not None:  # argmax, argmin along one dim
+        return tuple(d for a, d in enumerate(variable.dims) if a not in axes), positions
     refuse_dense(variable, func, dim)
     if variable.size == 0 and (op_of(func) in ("max", "min") or func is _median()):
         from xarray.core.variable import Variable  # no value to pick: xarray's answer or error
@@ -141,7 +145,6 @@ def _pushed_down(
     if func is _median() and not keepdims:
         return _median_of(variable, dim, axis, kwargs)
     options = options_of(op_of(func), variable.dtype, kwargs)
-    axes = _axes_of(variable, dim, axis)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
         return None
     target = Target(tuple(variable.shape), axes)

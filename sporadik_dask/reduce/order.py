@@ -16,7 +16,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Lines", "line_medians", "line_quantiles", "lines_of", "median_dtype"]
+__all__ = [
+    "Lines",
+    "extreme_positions",
+    "line_medians",
+    "line_quantiles",
+    "lines_of",
+    "median_dtype",
+]
 
 
 class Lines(NamedTuple):
@@ -131,4 +138,59 @@ def line_medians(lines: Lines, *, skipna: bool) -> Any:
     result = middle.astype(dtype)
     missing = (n == 0) if skipna else (lines.nans > 0) | (n == 0)
     result[missing] = np.nan
+    return result
+
+
+def extreme_positions(
+    lines: npt.NDArray[np.int64],
+    index: npt.NDArray[np.int64],
+    values: npt.NDArray[Any],
+    count: int,
+    extent: int,
+    fill: Any = 0,
+    *,
+    largest: bool,
+    skipna: bool,
+) -> npt.NDArray[np.int64]:
+    """Each line's first position of its largest (``largest``) or smallest value, as numpy's
+    ``nanargmax``/``nanargmin`` (``skipna``) or ``argmax``/``argmin`` give it on the dense
+    lines of ``extent`` cells whose stored values ``values`` lie at ``index`` on ``lines``,
+    every other cell ``fill``.
+
+    1. Each line's best stored value and, among its ties, the smallest position: sorted by
+       value, then position, the line's last (largest, positions descending) or first.
+    2. Each line's first absent cell: the first position its sorted stored positions skip.
+    3. The absent zero wins where it beats the best stored value, and where it ties it, if it
+       comes first. Not ``skipna``, a line's first NaN wins; ``skipna``, a line of only NaN is
+       refused as numpy refuses it.
+    """
+    nan = np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, bool)
+    stored = np.bincount(lines, minlength=count)
+    numbers = np.bincount(lines[~nan], minlength=count)
+    nan_fill = values.dtype.kind == "f" and bool(np.isnan(fill))
+    if skipna and np.any((numbers == 0) & ((stored == extent) | nan_fill)):
+        raise ValueError("All-NaN slice encountered")  # numpy's words
+    kept = lines[~nan], index[~nan], values[~nan]
+    order = np.lexsort((-kept[1] if largest else kept[1], kept[2], kept[0]))
+    ends = np.cumsum(numbers) - 1 if largest else np.cumsum(numbers) - numbers
+    has = numbers > 0
+    best = np.zeros(count, values.dtype)
+    at = np.full(count, extent, np.int64)
+    best[has] = kept[2][order][ends[has]]
+    at[has] = kept[1][order][ends[has]]
+    by_position = np.lexsort((index, lines))
+    sorted_positions = index[by_position]
+    starts = np.concatenate(([0], np.cumsum(stored)[:-1]))
+    rank = np.arange(index.size) - np.repeat(starts, stored)
+    skips = sorted_positions != rank
+    absent = stored.astype(np.int64)
+    np.minimum.at(absent, lines[by_position][skips], rank[skips])
+    zero = values.dtype.type(fill)  # NaN: beats and ties nothing
+    beats = (~has & ~nan_fill) | ((zero > best) if largest else (zero < best))
+    wins = (absent < extent) & (beats | ((zero == best) & (absent < at)))
+    result = np.where(wins, absent, at).astype(np.int64)
+    if not skipna and (np.any(nan) or nan_fill):
+        first_nan = np.where(nan_fill, absent, extent).astype(np.int64)
+        np.minimum.at(first_nan, lines[nan], index[nan])
+        result = np.where(first_nan < extent, first_nan, result)
     return result

@@ -1,5 +1,5 @@
-"""Quantiles and medians of a store's lines: from a layout's runs, from a ``sparse.COO``, or
-from a dask array's blocks, never a dense line.
+"""Quantiles, medians and the positions of extremes of a store's lines: from a layout's runs,
+from a ``sparse.COO``, or from a dask array's blocks, never a dense line.
 
 A line is every cell with the same positions along the kept axes. In the layout indexed by a
 kept axis, each run holds whole lines; with that axis the only one kept, a run is one line. So
@@ -16,10 +16,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sporadik_dask.reduce.order import Lines, line_medians, line_quantiles, lines_of, median_dtype
+from sporadik_dask.reduce.order import (
+    extreme_positions,
+    line_medians,
+    line_quantiles,
+    lines_of,
+    median_dtype,
+)
 from sporadik_dask.reduce.prefetch import Fetch, ahead, batch_bounds
 
 __all__ = [
+    "Ordered",
+    "Position",
     "Statistic",
     "order_blocks",
     "order_coo",
@@ -36,6 +44,11 @@ class Statistic(NamedTuple):
     q: tuple[float, ...] | None
     skipna: bool
 
+    @property
+    def needs_index(self) -> bool:
+        """Whether the stored values' positions along the line are needed: not here."""
+        return False
+
     def dtype(self, dtype: np.dtype[Any]) -> np.dtype[Any]:
         """The result's dtype, numpy's."""
         return median_dtype(dtype) if self.q is None else np.dtype(np.float64)
@@ -44,17 +57,67 @@ class Statistic(NamedTuple):
         """The result's leading axis: one per quantile; none for the median."""
         return () if self.q is None else (len(self.q),)
 
-    def of(self, lines: Lines) -> npt.NDArray[Any]:
-        """Each line's statistic, shape ``(*lead, lines)``."""
+    def of(
+        self,
+        lines: npt.NDArray[np.int64],
+        index: npt.NDArray[np.int64] | None,
+        values: npt.NDArray[Any],
+        count: int,
+        extent: int,
+        fill: Any = 0,
+    ) -> npt.NDArray[Any]:
+        """Each of ``count`` lines' statistic, shape ``(*lead, count)``, from the stored
+        ``values`` on ``lines`` (their positions ``index`` are not needed)."""
+        found = lines_of(lines, values, count, extent, fill)
         if self.q is None:
-            return line_medians(lines, skipna=self.skipna)  # type: ignore[no-any-return]
+            return line_medians(found, skipna=self.skipna)  # type: ignore[no-any-return]
         q = np.asarray(self.q, np.float64)
-        return line_quantiles(lines, q, skipna=self.skipna)  # type: ignore[no-any-return]
+        return line_quantiles(found, q, skipna=self.skipna)  # type: ignore[no-any-return]
 
 
-def order_coo(coo: Any, kept: Sequence[int], statistic: Statistic) -> npt.NDArray[Any]:
+class Position(NamedTuple):
+    """The first position of each line's largest (``largest``) or smallest value along the
+    one axis a line lies along: numpy's ``argmax`` and ``argmin``, or their ``nan`` forms."""
+
+    largest: bool
+    skipna: bool
+
+    @property
+    def needs_index(self) -> bool:
+        """Whether the stored values' positions along the line are needed: they are."""
+        return True
+
+    def dtype(self, dtype: np.dtype[Any]) -> np.dtype[Any]:
+        """numpy's: ``intp``."""
+        return np.dtype(np.intp)
+
+    def lead(self) -> tuple[int, ...]:
+        return ()
+
+    def of(
+        self,
+        lines: npt.NDArray[np.int64],
+        index: npt.NDArray[np.int64] | None,
+        values: npt.NDArray[Any],
+        count: int,
+        extent: int,
+        fill: Any = 0,
+    ) -> npt.NDArray[Any]:
+        """Each of ``count`` lines' position, from the stored ``values`` at ``index``."""
+        assert index is not None, "a position is of values whose positions were read"
+        return extreme_positions(
+            lines, index, values, count, extent, fill, largest=self.largest, skipna=self.skipna
+        )
+
+
+#: What a pass over lines answers.
+Ordered = Statistic | Position
+
+
+def order_coo(coo: Any, kept: Sequence[int], statistic: Ordered) -> npt.NDArray[Any]:
     """``statistic`` of each line of a ``sparse.COO`` along its axes ``kept``, shape
-    ``(*lead, *kept shape)``; its absent cells hold its fill value."""
+    ``(*lead, *kept shape)``; its absent cells hold its fill value. A :class:`Position` is
+    along the reduced axes raveled in C order (numpy's flat position over every axis)."""
     shape = tuple(coo.shape)
     kept_shape = tuple(shape[a] for a in kept)
     extent = math.prod(s for a, s in enumerate(shape) if a not in kept)
@@ -64,15 +127,22 @@ def order_coo(coo: Any, kept: Sequence[int], statistic: Statistic) -> npt.NDArra
         lines = np.ravel_multi_index(columns, kept_shape).astype(np.int64)
     else:
         lines = np.zeros(coo.nnz, np.int64)
-    found = lines_of(lines, np.asarray(coo.data), count, extent, coo.fill_value)
-    return statistic.of(found).reshape((*statistic.lead(), *kept_shape))
+    index = None
+    if statistic.needs_index:  # along the reduced axes raveled, as numpy's flat positions
+        along = [a for a in range(len(shape)) if a not in kept]
+        columns = tuple(np.asarray(coo.coords[a], np.int64) for a in along)
+        index = np.ravel_multi_index(columns, tuple(shape[a] for a in along)).astype(np.int64)
+    found = statistic.of(lines, index, np.asarray(coo.data), count, extent, coo.fill_value)
+    return found.reshape((*statistic.lead(), *kept_shape))
 
 
-def store_layout(reader: Any, kept: Sequence[int]) -> Any:
+def store_layout(reader: Any, kept: Sequence[int], statistic: Ordered) -> Any:
     """The layout whose runs are the lines of ``kept``: indexed by the one kept axis (any
     layout when none is kept, every run then part of the one line); None for several kept
-    axes, or one without a layout."""
+    axes, or one without a layout, and for a :class:`Position` but along one other axis."""
     layouts = reader.description.layouts
+    if statistic.needs_index and len(reader.shape) - len(kept) != 1:
+        return None
     if not kept:
         return layouts[min(layouts)]
     if len(kept) == 1 and kept[0] in layouts:
@@ -81,7 +151,7 @@ def store_layout(reader: Any, kept: Sequence[int]) -> Any:
 
 
 def order_store(
-    reader: Any, kept: Sequence[int], statistic: Statistic, span: tuple[int, int] | None = None
+    reader: Any, kept: Sequence[int], statistic: Ordered, span: tuple[int, int] | None = None
 ) -> npt.NDArray[Any]:
     """``statistic`` of each line of a store along ``kept`` (one axis with a layout, or none),
     over the runs of positions ``span`` (default all) of :func:`store_layout`, in bounded
@@ -92,23 +162,24 @@ def order_store(
     2. Kept none: the one line's stored values are gathered (the store's values, never its
        dense cells), then answered.
     """
-    layout = store_layout(reader, kept)
+    layout = store_layout(reader, kept, statistic)
     first, last = span or (0, layout.positions)
     ((lo, hi),) = reader.brackets([(layout, range(first, last))])
-    fetch = Fetch(reader, layout, lo, hi, runs_only=True)
-    batches = batch_bounds(lo, hi, int(reader.dtype.itemsize))
+    index = statistic.needs_index
+    fetch = Fetch(reader, layout, lo, hi, runs_only=not index)
+    batches = batch_bounds(lo, hi, int(reader.dtype.itemsize) + 8 * index)
     dtype = statistic.dtype(reader.dtype)
     if not kept:
         values = [v for _, _, (_, v) in ahead(fetch, batches)]
         joined = np.concatenate([np.zeros(0, reader.dtype), *values])
-        lines = lines_of(np.zeros(joined.size, np.int64), joined, 1, math.prod(reader.shape))
-        return statistic.of(lines).reshape(statistic.lead()).astype(dtype, copy=False)
+        lines = np.zeros(joined.size, np.int64)
+        found = statistic.of(lines, None, joined, 1, math.prod(reader.shape))
+        return found.reshape(statistic.lead()).astype(dtype, copy=False)
     result = np.empty((*statistic.lead(), last - first), dtype)
-    for a, b, (_, values) in ahead(fetch, batches):
+    for a, b, (indices, values) in ahead(fetch, batches):
         lengths = hi[a:b] - lo[a:b]
         of_run = np.repeat(np.arange(b - a, dtype=np.int64), lengths)
-        found = lines_of(of_run, values, b - a, layout.extent)
-        result[..., a:b] = statistic.of(found)
+        result[..., a:b] = statistic.of(of_run, indices, values, b - a, layout.extent)
     return result
 
 
@@ -117,14 +188,14 @@ def _joined(*spans: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return spans[0] if spans[0].ndim == 0 else np.concatenate(spans, axis=-1)
 
 
-def order_store_dask(reader: Any, kept: Sequence[int], statistic: Statistic, spans: int) -> Any:
+def order_store_dask(reader: Any, kept: Sequence[int], statistic: Ordered, spans: int) -> Any:
     """:func:`order_store` as a one-block dask array: one task per span of the layout's
     positions (about equal in values), each reading its own runs; the spans' results joined.
     Kept no axis, one span."""
     from sporadik_dask.planning.plan import partition_bounds
     from sporadik_dask.reduce.graph import store_reduction
 
-    layout = store_layout(reader, kept)
+    layout = store_layout(reader, kept, statistic)
     layout.check_whole_read(reader.location)
     ((lo, hi),) = reader.brackets([(layout, range(layout.positions))])
     indptr = np.concatenate(([0], np.cumsum(hi - lo)))
@@ -136,7 +207,7 @@ def order_store_dask(reader: Any, kept: Sequence[int], statistic: Statistic, spa
     return store_reduction(
         reader,
         bounds,
-        label="sporadik-quantile" if statistic.q is not None else "sporadik-median",
+        label=f"sporadik-{type(statistic).__name__.lower()}",
         fields=(order_store, reader, tuple(kept), statistic),
         merge=None,
         finish=(_joined,),
@@ -145,11 +216,11 @@ def order_store_dask(reader: Any, kept: Sequence[int], statistic: Statistic, spa
     )
 
 
-def _block_order(block: Any, kept: tuple[int, ...], statistic: Statistic) -> npt.NDArray[Any]:
+def _block_order(block: Any, kept: tuple[int, ...], statistic: Ordered) -> npt.NDArray[Any]:
     return order_coo(block, kept, statistic)
 
 
-def order_blocks(x: Any, kept: Sequence[int], statistic: Statistic) -> Any:
+def order_blocks(x: Any, kept: Sequence[int], statistic: Ordered) -> Any:
     """``statistic`` of each line of a dask array of ``sparse.COO`` blocks along ``kept``: its
     blocks joined along the other axes first, so a block holds whole lines (a block then holds
     its lines' stored values), then answered block by block."""

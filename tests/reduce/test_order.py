@@ -1,6 +1,6 @@
-"""A line's quantiles and median from its stored values equal numpy's on the dense line, to the
-last bit: negatives before the absent zeros, NaN skipped or spreading, lines of one value, of
-repeats, of none stored, of no cell."""
+"""A line's quantiles, median and the positions of its extremes from its stored values equal
+numpy's on the dense line, to the last bit: negatives before the absent zeros, NaN skipped or
+spreading, lines of one value, of repeats, of none stored, of no cell."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sporadik_dask.reduce.order import line_medians, line_quantiles, lines_of
+from sporadik_dask.reduce.order import extreme_positions, line_medians, line_quantiles, lines_of
 
 DTYPES = ["float64", "float32", "int64", "int32", "int8", "uint16"]
 
@@ -116,3 +116,58 @@ def test_absent_cells_of_another_fill_value_sort_where_it_does() -> None:
     nan_filled = lines_of(np.zeros(2, np.int64), np.asarray([3.0, 1.0]), 1, 6, fill=np.nan)
     np.testing.assert_array_equal(line_medians(nan_filled, skipna=True), [2.0])
     np.testing.assert_array_equal(line_medians(nan_filled, skipna=False), [np.nan])
+
+
+ARGS = {
+    (True, True): np.nanargmax,
+    (True, False): np.argmax,
+    (False, True): np.nanargmin,
+    (False, False): np.argmin,
+}
+
+
+def _positions(dense: npt.NDArray[Any], absent: npt.NDArray[np.bool_], **kwargs: Any) -> Any:
+    rows, columns = np.nonzero(~absent)
+    order = np.random.default_rng(0).permutation(rows.size)  # runs need not be sorted
+    rows, columns = rows[order].astype(np.int64), columns[order].astype(np.int64)
+    fill = dense[absent][0] if absent.any() else 0
+    count, extent = dense.shape
+    try:
+        return extreme_positions(rows, columns, dense[rows, columns], count, extent, fill, **kwargs)
+    except ValueError as error:
+        return str(error)
+
+
+def _numpy_positions(dense: npt.NDArray[Any], largest: bool, skipna: bool) -> Any:
+    try:
+        return ARGS[largest, skipna](dense, axis=1)
+    except ValueError as error:  # a line of only NaN, skipped
+        return str(error)
+
+
+@given(_lines(), st.booleans(), st.booleans())
+def test_positions_of_extremes_are_numpys_of_the_dense_lines(
+    drawn: tuple[npt.NDArray[Any], npt.NDArray[np.bool_]], largest: bool, skipna: bool
+) -> None:
+    dense, explicit = drawn
+    got = _positions(dense, (dense == 0) & ~explicit, largest=largest, skipna=skipna)
+    want = _numpy_positions(dense, largest, skipna)
+    assert type(got) is type(want), (got, want)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fill", [np.nan, 1.0, -2.0])
+@given(
+    dense=hnp.arrays(np.float64, (4, 5), elements=st.sampled_from([-3.0, 0.0, 1.0, 2.0, np.nan])),
+    absent=hnp.arrays(np.bool_, (4, 5)),
+    largest=st.booleans(),
+    skipna=st.booleans(),
+)
+def test_positions_of_extremes_count_absent_cells_of_any_fill_value(
+    fill: float, dense: Any, absent: Any, largest: bool, skipna: bool
+) -> None:
+    dense = np.where(absent, fill, dense)
+    got = _positions(dense, absent, largest=largest, skipna=skipna)
+    want = _numpy_positions(dense, largest, skipna)
+    assert type(got) is type(want), (got, want)
+    np.testing.assert_array_equal(got, want)
