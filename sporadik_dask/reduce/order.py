@@ -157,40 +157,65 @@ def extreme_positions(
     lines of ``extent`` cells whose stored values ``values`` lie at ``index`` on ``lines``,
     every other cell ``fill``.
 
-    1. Each line's best stored value and, among its ties, the smallest position: sorted by
-       value, then position, the line's last (largest, positions descending) or first.
-    2. Each line's first absent cell: the first position its sorted stored positions skip.
-    3. The absent zero wins where it beats the best stored value, and where it ties it, if it
+    1. The values put in order of line, then position (no sort when they come so, as a
+       layout's runs do).
+    2. Each line's best stored value that is not NaN (a segment's maximum or minimum), and the
+       first position holding it.
+    3. Each line's first absent cell: the first position its stored positions skip.
+    4. The absent value wins where it beats the best stored value, and where it ties it, if it
        comes first. Not ``skipna``, a line's first NaN wins; ``skipna``, a line of only NaN is
        refused as numpy refuses it.
     """
+    if values.size and not _in_order(lines, index):
+        order = np.lexsort((index, lines))
+        lines, index, values = lines[order], index[order], values[order]
     nan = np.isnan(values) if values.dtype.kind == "f" else np.zeros(values.shape, bool)
     stored = np.bincount(lines, minlength=count)
-    numbers = np.bincount(lines[~nan], minlength=count)
+    numbers = stored - np.bincount(lines[nan], minlength=count)
     nan_fill = values.dtype.kind == "f" and bool(np.isnan(fill))
     if skipna and np.any((numbers == 0) & ((stored == extent) | nan_fill)):
         raise ValueError("All-NaN slice encountered")  # numpy's words
-    kept = lines[~nan], index[~nan], values[~nan]
-    order = np.lexsort((-kept[1] if largest else kept[1], kept[2], kept[0]))
-    ends = np.cumsum(numbers) - 1 if largest else np.cumsum(numbers) - numbers
+    starts = np.concatenate(([0], np.cumsum(stored)[:-1])).astype(np.int64)
+    some = stored > 0
+    segments = starts[some]  # each line holding a stored value: its values' segment
+
+    def per_line(ufunc: Any, column: npt.NDArray[Any], empty: Any) -> npt.NDArray[Any]:
+        found = np.full(count, empty, column.dtype)
+        found[some] = ufunc.reduceat(column, segments) if column.size else found[some]
+        return found
+
     has = numbers > 0
-    best = np.zeros(count, values.dtype)
-    at = np.full(count, extent, np.int64)
-    best[has] = kept[2][order][ends[has]]
-    at[has] = kept[1][order][ends[has]]
-    by_position = np.lexsort((index, lines))
-    sorted_positions = index[by_position]
-    starts = np.concatenate(([0], np.cumsum(stored)[:-1]))
-    rank = np.arange(index.size) - np.repeat(starts, stored)
-    skips = sorted_positions != rank
-    absent = stored.astype(np.int64)
-    np.minimum.at(absent, lines[by_position][skips], rank[skips])
+    reach = _reach(values.dtype, largest)  # NaN never best
+    best = per_line(np.maximum if largest else np.minimum, np.where(nan, reach, values), 0)
+    holds = (values == np.repeat(best, stored)) & ~nan
+    at = np.where(has, per_line(np.minimum, np.where(holds, index, extent), extent), extent)
+    # each line's first absent cell: the first rank at which its positions skip ahead
+    rank = np.arange(values.size) - np.repeat(starts, stored)
+    skipped = np.where(index != rank, rank, np.repeat(stored, stored)).astype(np.int64)
+    absent = per_line(np.minimum, skipped, 0)
     zero = values.dtype.type(fill)  # NaN: beats and ties nothing
     beats = (~has & ~nan_fill) | ((zero > best) if largest else (zero < best))
     wins = (absent < extent) & (beats | ((zero == best) & (absent < at)))
     result = np.where(wins, absent, at).astype(np.int64)
     if not skipna and (np.any(nan) or nan_fill):
         first_nan = np.where(nan_fill, absent, extent).astype(np.int64)
-        np.minimum.at(first_nan, lines[nan], index[nan])
+        nan_at = per_line(np.minimum, np.where(nan, index, extent).astype(np.int64), extent)
+        first_nan = np.minimum(first_nan, nan_at)
         result = np.where(first_nan < extent, first_nan, result)
     return result
+
+
+def _in_order(lines: npt.NDArray[np.int64], index: npt.NDArray[np.int64]) -> bool:
+    """Whether values come line by line, each line's positions ascending."""
+    line_steps = np.diff(lines)
+    return bool(np.all((line_steps > 0) | ((line_steps == 0) & (np.diff(index) > 0))))
+
+
+def _reach(dtype: np.dtype[Any], largest: bool) -> Any:
+    """A value no stored value is beaten by: the dtype's least for a maximum, greatest for a
+    minimum (infinities for floats, which a stored infinity ties; a tie picks by NaN-free
+    positions)."""
+    if dtype.kind == "f":
+        return dtype.type(-np.inf if largest else np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.min if largest else info.max)

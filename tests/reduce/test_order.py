@@ -171,3 +171,12 @@ def test_positions_of_extremes_count_absent_cells_of_any_fill_value(
     want = _numpy_positions(dense, largest, skipna)
     assert type(got) is type(want), (got, want)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("largest", "skipna"), list(ARGS))
+def test_positions_of_lines_of_none_stored_between_and_after_others(
+    largest: bool, skipna: bool
+) -> None:
+    dense = np.asarray([[0, 2, 0], [0, 0, 0], [-1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float64)
+    got = _positions(dense, dense == 0, largest=largest, skipna=skipna)
+    np.testing.assert_array_equal(got, _numpy_positions(dense, largest, skipna))
