@@ -31,6 +31,9 @@ def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Call
     def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
         from xarray.groupers import RESAMPLE_DIM
 
+        per_group = _per_group(self, kwargs) if by_name else None
+        if per_group is not None:
+            return per_group
         pushed = _grouped(self, args, kwargs, by_name)
         if pushed is None:
             return original(self, *args, **kwargs)
@@ -39,6 +42,30 @@ def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Call
         return pushed
 
     return reduce
+
+
+#: Reductions flox has no sparse kernel for (``flox.aggregate_sparse`` lacks ``nanmedian``),
+#: and the arguments xarray's own path takes: answered group by group there, each group's
+#: selection by the store (:mod:`~sporadik_dask.backend.order`).
+_PER_GROUP = {
+    "median": ("dim", "skipna", "keep_attrs"),
+    "quantile": ("q", "dim", "skipna", "keep_attrs"),
+}
+
+
+def _per_group(groupby: Any, kwargs: dict[str, Any]) -> Any:
+    """A grouped median or quantile of a sporadik variable by xarray's path without flox, or
+    None for any other."""
+    import xarray as xr
+
+    func = kwargs.get("func")
+    obj = groupby._original_obj
+    if func not in _PER_GROUP or not isinstance(obj, xr.DataArray):
+        return None
+    if not is_sporadik_variable(obj.variable):
+        return None
+    with xr.set_options(use_flox=False):
+        return getattr(groupby, func)(**{k: kwargs[k] for k in _PER_GROUP[func] if k in kwargs})
 
 
 def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:
