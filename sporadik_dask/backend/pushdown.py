@@ -6,14 +6,15 @@ variable is read in full into one ``sparse.COO`` first, and a chunked one goes t
 compiled in every process). A backend has no say in either. So ``xarray.Variable.reduce`` is
 wrapped: for a variable whose data is a sporadik store (lazily indexed,
 or a dask array read from one) and a reduction computed here (``sum``, ``mean``, ``max``,
-``min``, ``count``, ``var``, ``std``, with ``skipna``, ``ddof``), the result is computed from
-the store's runs or the blocks' coordinates in one pass, as a dense numpy (or dask) array with
-numpy's dtype. ``groupby(coord)`` reductions of such a variable (one grouping coordinate along
-one dim) are pushed down the same way, each position's values landing in its group's row, in
-place of one read per group. Every other variable and reduction goes to xarray's own method
-unchanged (groupby reductions: :mod:`sporadik_dask.backend.grouped`). ``dask.config``
-``sporadik.pushdown: False`` switches it off. The wrappers are
-installed by :mod:`sporadik_dask.backend.patches`.
+``min``, ``count``, ``var``, ``std``, with ``skipna``, ``ddof``; ``any`` and ``all`` of
+booleans; ``median`` and ``argmax``/``argmin``: :mod:`~sporadik_dask.backend.order`), the
+result is computed from the store's runs or the blocks' coordinates in one pass, as a dense
+numpy (or dask) array with numpy's dtype. ``groupby(coord)`` reductions of such a variable
+(one grouping coordinate along one dim) are pushed down the same way, each position's values
+landing in its group's row, in place of one read per group. Every other variable and
+reduction goes to xarray's own method unchanged (groupby reductions:
+:mod:`sporadik_dask.backend.grouped`). ``dask.config`` ``sporadik.pushdown: False`` switches
+it off. The wrappers are installed by :mod:`sporadik_dask.backend.patches`.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def _pushed_down(
         return reduced.dims, reduced.data
     if func is _median() and not keepdims:
         return _median_of(variable, dim, axis, kwargs)
-    options = options_of(op_of(func), variable.dtype, kwargs)
+    options = options_of(op_of(func) or _truth_op(func, variable.dtype), variable.dtype, kwargs)
     if keepdims or options is None or not axes:  # no axis: xarray's own (it keeps the dtype)
         return None
     target = Target(tuple(variable.shape), axes)
@@ -159,6 +160,16 @@ def _pushed_down(
         valid = pushed_data(variable, target, "count", True, 0, dense=True)
         data = _missing_below(data, valid, int(min_count), whole=not target.kept)
     return tuple(variable.dims[a] for a in target.kept), _aligned(data, variable, target)
+
+
+def _truth_op(func: Callable[..., Any], dtype: Any) -> str | None:
+    """``any`` and ``all`` of booleans (a comparison's, ``isnull``'s) as their ``max`` and
+    ``min``, absent cells False; None for any other."""
+    from xarray.core import duck_array_ops
+
+    if np.dtype(dtype) != np.bool_:
+        return None
+    return {duck_array_ops.array_any: "max", duck_array_ops.array_all: "min"}.get(func)
 
 
 def _median() -> Any:

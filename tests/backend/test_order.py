@@ -136,7 +136,7 @@ LABELS: dict[str, Callable[[xr.DataArray], xr.DataArray]] = {
 @pytest.mark.parametrize("route", ["lazy", "chunks={}", "small chunks"])
 @pytest.mark.parametrize("call", list(LABELS))
 def test_the_label_of_an_extreme_is_xarrays_of_the_dense_array(
-    stored: tuple[Path, xr.DataArray], route: str, call: str, request: pytest.FixtureRequest
+    stored: tuple[Path, xr.DataArray], route: str, call: str
 ) -> None:
     """xarray's idxmax takes the labels in the variable's array type (``to_like_array`` of
     ``array.data``): lazily, unless a NaN check made it a dask read first, it reads the variable
@@ -144,9 +144,6 @@ def test_the_label_of_an_extreme_is_xarrays_of_the_dense_array(
     for floats, ``sparse``'s own array, not ours."""
     path, dense = stored
     floats = dense.dtype.kind == "f"
-    if floats and route == "chunks={}" and call == "idxmax('gene')":
-        reason = "isnull().all('gene') gives sparse blocks, where() of them a sparse meta"
-        request.applymarker(pytest.mark.xfail(raises=ValueError, strict=True, reason=reason))
     got = LABELS[call](_open(path, route))
     if isinstance(got.data, sparse.COO):
         assert route == "lazy" and (not floats or "skipna=False" in call), call

@@ -74,6 +74,35 @@ def test_a_reduction_with_default_arguments_equals_numpy_in_values_and_dtype(
         )
 
 
+TRUTHS = {
+    # of integers, xarray's isnull is an array of False of its own, not the store's
+    "isnull().all('gene')": lambda x: (x.isnull() if x.dtype.kind == "f" else x == 0).all("gene"),
+    "(x > 0.5).any('cell')": lambda x: (x > 0.5).any("cell"),
+    "(x != 0).all('cell')": lambda x: (x != 0).all("cell"),
+    "(x < 0.2).any()": lambda x: (x < 0.2).any(),
+}
+
+
+@pytest.mark.parametrize("chunks", [None, {}, {"cell": 9}], ids=["lazy", "chunks={}", "chunks=9"])
+@pytest.mark.parametrize("call", list(TRUTHS))
+def test_any_and_all_of_a_comparison_equal_numpy_in_numpy_blocks(
+    store: tuple[Path, npt.NDArray[Any]], call: str, chunks: Any
+) -> None:
+    """As a maximum and a minimum of booleans, absent cells False: numpy blocks, where dask's
+    of ``sparse`` blocks gave ``sparse`` ones (joined with numpy ones, as ``idxmax`` of floats
+    joins them, they could not be concatenated)."""
+    path, dense = store
+    variable = xr.open_dataset(path, engine="sporadik", chunks=chunks)["x"]
+    result = TRUTHS[call](variable)
+    assert isinstance(result.data._meta, np.ndarray), type(result.data._meta)
+    computed = result.compute()
+    assert isinstance(computed.data, (np.ndarray, np.generic)), type(computed.data)
+    dims = ("cell", "gene", "spot")[: dense.ndim]
+    want = TRUTHS[call](xr.DataArray(dense, dims=dims))
+    assert computed.dims == want.dims and computed.dtype == want.dtype
+    np.testing.assert_array_equal(computed.values, want.values)
+
+
 def test_skipna_false_lets_a_stored_nan_through(store: tuple[Path, npt.NDArray[Any]]) -> None:
     path, dense = store
     if dense.dtype.kind != "f":
