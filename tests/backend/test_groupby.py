@@ -526,6 +526,11 @@ def test_group_medians_and_quantiles_are_xarrays_of_the_dense_array_group_by_gro
     """flox has no sparse median (xarray's path with flox installed fails inside it); each group
     is a selection answered from its stored values. Equal to xarray's own path without flox to
     the last bit (flox's quantile interpolates its own way, within 1e-14)."""
+    if EXPRESSIONS and chunks is not None:
+        pytest.skip(
+            "xarray joins the groups' dask results by xr.concat, which dask's expression model "
+            "lacks (no __array_function__)"
+        )
     path, dense = store
     labels = np.random.default_rng(5).choice(["b", "a", "c"], dense.shape[0])
     with warnings.catch_warnings():

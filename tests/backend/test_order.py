@@ -18,6 +18,7 @@ import xarray as xr
 
 import sporadik_dask as sd
 from sporadik_dask.backend.order import DenseResultError
+from sporadik_dask.read.dask_model import EXPRESSIONS
 
 ROUTES: dict[str, dict[str, Any]] = {
     "lazy": {},
@@ -116,6 +117,9 @@ CALLS: dict[str, Callable[[xr.DataArray], xr.DataArray]] = {
 def test_an_order_statistic_of_a_store_is_xarrays_of_the_dense_array(
     stored: tuple[Path, xr.DataArray], route: str, call: str
 ) -> None:
+    several = call.startswith("arg") and "[" in call  # a position along several dims
+    if EXPRESSIONS and several and route in ("chunks={}", "small chunks"):
+        pytest.skip("xarray stacks several dims by reshape, which dask's expression model lacks")
     path, dense = stored
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -144,6 +148,8 @@ def test_the_label_of_an_extreme_is_xarrays_of_the_dense_array(
     for floats, ``sparse``'s own array, not ours."""
     path, dense = stored
     floats = dense.dtype.kind == "f"
+    if EXPRESSIONS and floats:
+        pytest.skip("xarray's NaN check takes where(), which dask's expression model lacks")
     got = LABELS[call](_open(path, route))
     if isinstance(got.data, sparse.COO):
         assert route == "lazy" and (not floats or "skipna=False" in call), call
