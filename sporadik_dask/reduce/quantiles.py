@@ -163,6 +163,8 @@ def order_store(
        dense cells), then answered.
     """
     layout = store_layout(reader, kept, statistic)
+    if span is None:
+        layout.check_whole_read(reader.location)
     first, last = span or (0, layout.positions)
     ((lo, hi),) = reader.brackets([(layout, range(first, last))])
     index = statistic.needs_index

@@ -18,6 +18,7 @@ import xarray as xr
 
 import sporadik_dask as sd
 from sporadik_dask.backend.order import DenseResultError
+from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.read.dask_model import EXPRESSIONS
 
 ROUTES: dict[str, dict[str, Any]] = {
@@ -259,3 +260,14 @@ def test_switched_off_a_quantile_is_xarrays_own(stored: tuple[Path, xr.DataArray
     path, _ = stored
     with dask.config.set({"sporadik.pushdown": False}), pytest.raises((TypeError, AttributeError)):
         _open(path, "lazy").quantile(0.5, "cell")
+
+
+@pytest.mark.parametrize("route", ["lazy", "chunks={}"])
+def test_a_layout_past_the_positions_limit_is_refused_before_its_runs_are_read(
+    stored: tuple[Path, xr.DataArray], route: str
+) -> None:
+    path, _ = stored
+    with dask.config.set({"sporadik.max-positions": 20}):
+        X = _open(path, route)
+        with pytest.raises(LayoutError, match="declares 23 positions"):
+            X.median("cell").compute()
