@@ -116,6 +116,7 @@ def quantile_pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
         if (
             interpolation is not None
             or not dask.config.get("sporadik.pushdown", True)
+            or isinstance(self._data, np.ndarray)  # made dense: numpy's to do
             or not is_sporadik_variable(self)
         ):
             return original(self, q, dim, method, keep_attrs, skipna, interpolation)
