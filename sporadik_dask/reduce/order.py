@@ -217,5 +217,7 @@ def _reach(dtype: np.dtype[Any], largest: bool) -> Any:
     positions)."""
     if dtype.kind == "f":
         return dtype.type(-np.inf if largest else np.inf)
+    if dtype.kind == "b":
+        return dtype.type(not largest)
     info = np.iinfo(dtype)
     return dtype.type(info.min if largest else info.max)

@@ -180,3 +180,14 @@ def test_positions_of_lines_of_none_stored_between_and_after_others(
     dense = np.asarray([[0, 2, 0], [0, 0, 0], [-1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float64)
     got = _positions(dense, dense == 0, largest=largest, skipna=skipna)
     np.testing.assert_array_equal(got, _numpy_positions(dense, largest, skipna))
+
+
+@pytest.mark.parametrize(("largest", "skipna"), list(ARGS))
+def test_booleans_median_and_positions_are_numpys(largest: bool, skipna: bool) -> None:
+    dense = np.asarray([[0, 1, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], bool)
+    got = _positions(dense, ~dense, largest=largest, skipna=skipna)
+    np.testing.assert_array_equal(got, _numpy_positions(dense, largest, skipna))
+    _same(
+        line_medians(_stored(dense, np.zeros(dense.shape, bool)), skipna=skipna),
+        _numpy(dense, None, skipna),
+    )
