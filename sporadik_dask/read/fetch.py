@@ -66,7 +66,10 @@ def fetch_offsets(
     ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
     known yet (:func:`~sporadik_dask.store.chunks.read_joined`), so wave two is ranges alone.
     A ``range`` of step 1 (a region) is its stretch of ``indptr``, sliced, as stored: no array
-    of its positions, no gather, no widened copy (:class:`~sporadik_dask.read.routing.Stretch`).
+    of its positions, no gather, no widened copy (:class:`~sporadik_dask.read.routing.Stretch`);
+    the first such request's chunks are joined into the calling thread's reused buffer
+    (:func:`~sporadik_dask.store.chunks.read_joined`), so its offsets hold until the thread's
+    next call: a stretch never leaves the read that asked for it.
     """
     fetches = []
     for layout, indptr, positions in requests:
@@ -77,10 +80,12 @@ def fetch_offsets(
             asked = as_array(positions)
             ids = distinct(np.concatenate([asked // chunk, (asked + 1) // chunk]))
         fetches.append((indptr, ids))
+    stretches = [k for k, (_, _, positions) in enumerate(requests) if _stretch(positions)]
+    tables = read_joined(
+        fetches, next_arrays=next_arrays, reused=stretches[0] if stretches else None
+    )
     found: list[Runs] = []
-    for (layout, _, positions), (_, ids), table in zip(
-        requests, fetches, read_joined(fetches, next_arrays=next_arrays), strict=True
-    ):
+    for (layout, _, positions), (_, ids), table in zip(requests, fetches, tables, strict=True):
         chunk = layout.chunks["indptr"]
         runs: Runs
         if _stretch(positions):  # runs end to end: the offsets never decrease, in bounds

@@ -51,7 +51,8 @@ class Stretch:
     chunk ids int64, each offset is read into an int64 by the kernel that walks the runs
     (:func:`~sporadik_dask.kernels.runs.columns_of_runs`), and :attr:`brackets` widens them for
     anything else. A stretch stays inside a read: the reader's public methods give
-    :data:`Brackets`.
+    :data:`Brackets`; its offsets may sit in a buffer its thread fills again at its next read
+    (:func:`~sporadik_dask.read.fetch.fetch_offsets`).
     """
 
     #: ``indptr`` at the stretch's positions and one past its last, in its stored dtype.
