@@ -278,10 +278,10 @@ def _decoded_lists(
 
 #: Bytes up to which a join asked to be reused (:func:`read_joined`) goes into the calling
 #: thread's buffer rather than fresh memory: a region of 2 Mi positions' ``indptr`` offsets as
-#: int32. A read of a 1 Mb region made its 4 MB of offsets afresh each time: with every read's
-#: memory handed back to the system between reads, 961 of its 2,517 page faults, and the rest
-#: came back with them (the read then held more than the allocator keeps); kept, none, and the
-#: read took 11.3 ms against 17.0 ms (docs/benchmarks.md, "a region read again").
+#: int32. A lazy read of a 1 Mb region made its 4 MB of offsets afresh each time, and held more
+#: than glibc keeps between reads, so all its memory came back fresh: 2,518 page faults a read
+#: again. With the offsets in a kept buffer, 2, and 9.3 ms against 12.2 ms, four processes each
+#: way at a load of 4 (docs/benchmarks.md, "a region read again, its offsets as stored").
 REUSED_TABLE_BYTES = 2**23
 
 #: Each calling thread's buffer for joins asked to be reused.
