@@ -40,6 +40,7 @@ __all__ = [
     "current_client",
     "kept_pieces",
     "names_of_frame",
+    "persisted_pieces",
     "pieces_of_blocks",
     "pieces_of_columns",
     "pieces_of_coo",
@@ -72,6 +73,9 @@ class Pieces:
     keep: bool = False
     #: Directories holding the kept pieces these tasks read, removed when the write ends.
     kept: tuple[str, ...] = ()
+    #: ``distributed`` futures of the pieces persisted on a cluster's workers
+    #: (:mod:`~sporadik_dask.write.persisted`), released when the write ends.
+    persisted: tuple[Any, ...] = ()
 
 
 def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pieces:
@@ -85,6 +89,16 @@ def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pi
     layer: Layer = {(name, b): (kept_piece, found) for b, found in enumerate(kept)}
     graph = HighLevelGraph.from_collections(name, layer, [])
     return Pieces(graph, tuple(layer), kept=(directory,))
+
+
+def persisted_pieces(pieces: Pieces, futures: Sequence[Any]) -> Pieces:
+    """``pieces`` as the count pass persisted them on a cluster's workers, a future per key: the
+    graph maps each key to its own future, as ``persist`` makes it, and holds no task of the
+    input, whose pieces the scheduler reads again only for a lost worker's."""
+    name = f"sporadik-persisted-{tokenize(pieces.keys)}"
+    layer: Layer = dict(zip(pieces.keys, futures, strict=True))
+    graph = HighLevelGraph.from_collections(name, layer, [])
+    return Pieces(graph, pieces.keys, persisted=tuple(futures))
 
 
 def pieces_of_blocks(x: da.Array, keep: bool = True) -> Pieces:
