@@ -420,3 +420,16 @@ def test_a_refused_write_and_a_dropped_pending_write_let_go_of_their_persisted_p
     del write
     gc.collect()
     assert _holding(client, pieces) == (set(), set())
+
+
+@pytest.mark.parametrize(
+    ("chosen", "kept"), [("auto", "files"), ("files", "files"), ("workers", "workers")]
+)
+def test_a_cluster_on_this_host_keeps_files_unless_told_to_persist_on_its_workers(
+    client: Client, chosen: str, kept: str
+) -> None:
+    from sporadik_dask.write.kept import keeping
+
+    with dask.config.set({"sporadik.keep-pieces": chosen}):
+        assert keeping(True, client) == kept
+        assert keeping(False, client) is None
