@@ -196,21 +196,19 @@ def test_a_worker_lost_with_persisted_pieces_has_only_those_read_again_and_the_b
 ) -> None:
     """``sporadik.keep-pieces: workers``: the pieces a killed worker held are read again from
     the input by their lineage, no other, and the write is the threaded write's, byte for byte."""
-    from sporadik_dask.write import sources
-
     log, path = tmp_path / "reads", tmp_path / "s.zarr"
     x = logged_input(log, 6)
-    pieces = sources.source_of(x).pieces.keys
     sd.to_sporadik(x, tmp_path / "clean.zarr", partition_bytes=4000)  # threads, files
     log.unlink()
     with _three_workers(3, tmp_path) as (client, _):
         with dask.config.set({"sporadik.keep-pieces": "workers"}):
             write = sd.to_sporadik(x, path, partition_bytes=4000, compute=False)
         assert isinstance(write, sd.StoreWrite)
+        pieces = {future.key: b for b, future in enumerate(write._persisted)}
         alone: dict[str, list[int]] = {}  # the pieces each worker alone holds
         for key, where in client.who_has().items():
             if key in pieces and len(where) == 1:
-                alone.setdefault(where[0], []).append(pieces.index(key))
+                alone.setdefault(where[0], []).append(pieces[key])
         lost, held = max(alone.items(), key=lambda found: len(found[1]))
         os.kill(client.run(os.getpid, workers=[lost])[lost], signal.SIGKILL)
         deadline = time.monotonic() + 60

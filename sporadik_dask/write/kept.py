@@ -25,6 +25,7 @@ import uuid
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from sporadik_dask.format.errors import SporadikError
 from sporadik_dask.write.pieces import Piece
@@ -34,10 +35,13 @@ __all__ = [
     "KEEP_PIECES",
     "Keeping",
     "KeptPiece",
+    "NarrowPiece",
     "keep_piece",
     "keep_to",
     "keeping",
     "kept_piece",
+    "narrowed",
+    "widened",
 ]
 
 #: Where pieces are kept: as files on disk, or persisted on a cluster's workers as results.
@@ -59,6 +63,28 @@ class KeptPiece(NamedTuple):
     length: int
     coords_dtype: str
     data_dtype: str
+
+
+class NarrowPiece(NamedTuple):
+    """A piece as it is kept: its coordinates as int32 when every one fits, else int64."""
+
+    coords: npt.NDArray[Any]
+    data: npt.NDArray[Any]
+
+
+def narrowed(piece: Piece) -> NarrowPiece:
+    """``piece`` as it is kept, contiguous: int32 coordinates halve their bytes."""
+    coords, data = piece
+    narrow = coords.size == 0 or int(coords.max()) < 2**31
+    return NarrowPiece(
+        np.ascontiguousarray(coords, dtype=np.int32 if narrow else np.int64),
+        np.ascontiguousarray(data),
+    )
+
+
+def widened(piece: NarrowPiece) -> Piece:
+    """The piece :func:`narrowed` kept, as it was read (coordinates as int64, a copy)."""
+    return Piece(piece.coords.astype(np.int64), piece.data)
 
 
 def keeping(keep: bool, client: Any = None) -> Keeping | None:
@@ -113,10 +139,7 @@ def keep_piece(piece: Piece, keep_to: SpillTo | None) -> KeptPiece | None:
     directory = None if keep_to is None else keep_to.here()
     if directory is None:
         return None
-    coords, data = piece
-    narrow = coords.size == 0 or int(coords.max()) < 2**31
-    coords = np.ascontiguousarray(coords, dtype=np.int32 if narrow else np.int64)
-    data = np.ascontiguousarray(data)
+    coords, data = narrowed(piece)
     path = write_file(directory, "piece", coords, data, "piece")
     return KeptPiece(path, coords.shape[0], data.shape[0], coords.dtype.str, data.dtype.str)
 

@@ -22,7 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 from sporadik_dask.format.spec import LayoutGeometry
 from sporadik_dask.reduce.graph import Key, Layer, block_offsets, fan_in
 from sporadik_dask.write import array_refs, frame_pieces
-from sporadik_dask.write.kept import KeptPiece, kept_piece
+from sporadik_dask.write.kept import KeptPiece, kept_piece, widened
 from sporadik_dask.write.pieces import (
     Piece,
     cell_bounds,
@@ -92,13 +92,16 @@ def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pi
 
 
 def persisted_pieces(pieces: Pieces, futures: Sequence[Any]) -> Pieces:
-    """``pieces`` as the count pass persisted them on a cluster's workers, a future per key: the
-    graph maps each key to its own future, as ``persist`` makes it, and holds no task of the
-    input, whose pieces the scheduler reads again only for a lost worker's."""
+    """``pieces`` as the count pass persisted them on a cluster's workers, narrowed, a future
+    each, each widened by a task of its own; the graph holds no task of the input, whose pieces
+    the scheduler reads again only for a lost worker's.
+
+    Named by the input's pieces, as :func:`kept_pieces` is.
+    """
     name = f"sporadik-persisted-{tokenize(pieces.keys)}"
-    layer: Layer = dict(zip(pieces.keys, futures, strict=True))
+    layer: Layer = {(name, b): (widened, future) for b, future in enumerate(futures)}
     graph = HighLevelGraph.from_collections(name, layer, [])
-    return Pieces(graph, pieces.keys, persisted=tuple(futures))
+    return Pieces(graph, tuple(layer), persisted=tuple(futures))
 
 
 def pieces_of_blocks(x: da.Array, keep: bool = True) -> Pieces:
