@@ -38,6 +38,7 @@ from sporadik_dask.read.assembly import (
     descending,
     slot_table,
 )
+from sporadik_dask.read.routing import Stretch
 from sporadik_dask.read.selection import (
     Axis,
     Selection,
@@ -208,7 +209,7 @@ def select_loaded(array: Any, key: tuple[Any, ...]) -> Any:
             inside = _inside(array, axis, selection.unique[axis])
             keep = inside if keep is None else np.logical_and(keep, inside, out=keep)
     lengths, indices, values = _kept_runs(array, keep, as_array(selection.unique[0]))
-    coords, values = assemble(selection, rows, lengths, indices, values)
+    coords, values = assemble(selection, rows, Stretch.of_lengths(lengths), indices, values)
     if not shape:  # one cell: a scalar, as sparse and numpy give
         return values[0] if values.size else array.fill_value[()]
     return sparse.COO(

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from sporadik_dask.format.spec import LayoutGeometry
 from sporadik_dask.kernels.runs import columns_of_runs, rows_of_runs
 from sporadik_dask.kernels.sort import sort_by_key
+from sporadik_dask.read.routing import Runs, Stretch
 from sporadik_dask.read.selection import (
     Axis,
     Positions,
@@ -28,7 +29,7 @@ from sporadik_dask.read.selection import (
     places,
 )
 
-__all__ = ["assemble", "c_order"]
+__all__ = ["assemble", "c_order", "lengths_of"]
 
 #: An axis of up to this many positions (beyond 8 per value) maps coordinates through a lookup
 #: table (one gather) rather than a binary search of the selected positions (log k per value).
@@ -124,7 +125,7 @@ def slot_table(selection: Selection, axis: int, values: int) -> Positions | None
 def _assemble_rank2(
     selection: Selection,
     layout: LayoutGeometry,
-    lengths: Positions,
+    runs: Runs,
     indices: npt.NDArray[Any],
     data: npt.NDArray[Any],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]] | None:
@@ -145,16 +146,26 @@ def _assemble_rank2(
     if slots is None:
         return None
     if axis == 0:
+        lengths = lengths_of(runs)
         asked = selection.inverse[axis]
         starts = (np.cumsum(lengths) - lengths)[asked]
         reverse = not selection.ordered(other)
         return rows_of_runs(starts, lengths[asked], indices, data, slots, reverse=reverse)
     extent = len(selection.positions[other])
+    lo, hi = (runs.offsets[:-1], runs.offsets[1:]) if isinstance(runs, Stretch) else runs
     if selection.ordered(axis):  # the runs as read, end to end
-        return columns_of_runs(None, lengths, indices, data, slots, extent)
+        return columns_of_runs(lo, hi, None, indices, data, slots, extent)
     asked = selection.inverse[axis]  # each run once per request, in the caller's order
+    lengths = lengths_of(runs)
     starts = (np.cumsum(lengths) - lengths)[asked]
-    return columns_of_runs(starts, lengths[asked], indices, data, slots, extent)
+    return columns_of_runs(lo[asked], hi[asked], starts, indices, data, slots, extent)
+
+
+def lengths_of(runs: Runs) -> Positions:
+    """Values in each run, int64."""
+    lo, hi = runs.brackets if isinstance(runs, Stretch) else runs
+    lengths: Positions = hi - lo
+    return lengths
 
 
 def descending(selection: Selection, axis: int) -> bool:
@@ -234,15 +245,17 @@ def _sorted_along(
 def assemble(
     selection: Selection,
     layout: LayoutGeometry,
-    lengths: Positions,
+    runs: Runs,
     indices: npt.NDArray[np.integer[Any]],
     data: npt.NDArray[Any],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
     """Coordinates (over :attr:`Selection.result_shape`) and values of the selection, C order.
 
     ``indices`` (any integer dtype) and ``data`` are the layout's runs for the selection's sorted
-    distinct positions along its indexed axis, ``lengths`` values each. ``data`` is the caller's
-    to give: when the result keeps every value, it is the result's values, permuted in place.
+    distinct positions along its indexed axis, ``runs`` (their brackets, or a stretch's offsets
+    as stored: no array of their lengths is made where a kernel takes them). ``data`` is the
+    caller's to give: when the result keeps every value, it is the result's values, permuted in
+    place.
 
     1. Rank 2: one kernel from the runs to the result (:func:`_assemble_rank2`), when it takes
        the selection. Otherwise:
@@ -257,12 +270,13 @@ def assemble(
     rank = len(selection.shape)
     kept_axes = [a for a in range(rank) if a not in selection.dropped]
     if rank == 2 and kept_axes:
-        direct = _assemble_rank2(selection, layout, lengths, indices, data)
+        direct = _assemble_rank2(selection, layout, runs, indices, data)
         if direct is not None:
             coords, values = direct
             return (coords if rank == len(kept_axes) else coords[kept_axes]), values
+    lengths = lengths_of(runs)
     rows: dict[int, Positions] = {}
-    runs = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    run_of = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
     origin: Positions | None = None  # which value of ``data`` each kept one is
     for other, column in zip(
         layout.index_order, np.unravel_index(indices, layout.index_shape), strict=True
@@ -270,12 +284,12 @@ def assemble(
         take, slots = _slots(column if origin is None else column[origin], selection, other)
         if take is not None:
             origin = take if origin is None else origin[take]
-            runs = runs[take]
+            run_of = run_of[take]
             rows = {a: row[take] for a, row in rows.items()}
         rows[other] = slots
-    kept = lengths if origin is None else np.bincount(runs, minlength=lengths.size)
+    kept = lengths if origin is None else np.bincount(run_of, minlength=lengths.size)
     if selection.ordered(axis):
-        rows[axis], per_run = runs, kept
+        rows[axis], per_run = run_of, kept
     else:  # whole runs, in the caller's order, each once per request
         asked = selection.inverse[axis]
         per_run = kept[asked]

@@ -187,8 +187,9 @@ def _read_strip(
     if axes == [0]:  # C order: each block a stretch of the strip's values, found by its edges
         (e,) = edges
         bounds = np.searchsorted(strip.coords[0], e)
-        coords, data = strip.coords, strip.data  # the strip is not kept: shifted in place
-        coords[0] -= np.repeat(e[:-1], np.diff(bounds))
+        coords, data = strip.coords, strip.data  # the strip is not kept: shifted in place,
+        for lo, hi, first in zip(bounds[:-1], bounds[1:], e[:-1], strict=True):  # block by block
+            coords[0, lo:hi] -= first
     else:
         spots = [
             np.searchsorted(e, strip.coords[axis], side="right") - 1

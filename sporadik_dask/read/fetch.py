@@ -15,14 +15,28 @@ import zarr
 
 from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.format.spec import check_indices
-from sporadik_dask.kernels.runs import copy_pieces, gather_runs
+from sporadik_dask.kernels.runs import ascending, copy_pieces, gather_runs
 from sporadik_dask.planning.budgets import BATCH_VALUES
-from sporadik_dask.read.routing import Brackets, abutting, held, run_chunks
+from sporadik_dask.read.routing import (
+    Brackets,
+    Runs,
+    Stretch,
+    abutting,
+    chunks_of,
+    held,
+    held_by,
+    run_chunks,
+)
 from sporadik_dask.read.selection import Axis, as_array, distinct
 from sporadik_dask.store.chunks import read_joined, read_visited
 from sporadik_dask.store.describe import LayoutDescription
 
-__all__ = ["fetch_brackets", "fetch_runs", "fetch_runs_in_place", "fetch_values"]
+__all__ = [
+    "fetch_offsets",
+    "fetch_runs",
+    "fetch_runs_in_place",
+    "fetch_values",
+]
 
 
 def _elements(
@@ -39,20 +53,23 @@ def _elements(
     return found
 
 
-def fetch_brackets(
+def fetch_offsets(
     requests: Sequence[tuple[LayoutDescription, zarr.Array[Any], Axis]],
     location: str,
     *,
     next_arrays: Sequence[zarr.Array[Any]] = (),
-) -> list[Brackets]:
+) -> list[Runs]:
     """Wave one: where each position's run starts and stops, for one or more layouts at once.
 
     Each request is a layout, its ``indptr`` array and sorted positions; only the ``indptr``
     chunks holding them are read, all requests in one batch. ``next_arrays`` (the layouts'
     ``data`` and ``indices``) have their shard indexes fetched in the same wave when none is
     known yet (:func:`~sporadik_dask.store.chunks.read_joined`), so wave two is ranges alone.
-    A ``range`` of step 1 (a region) is its stretch of ``indptr``, sliced: no array of its
-    positions, no gather.
+    A ``range`` of step 1 (a region) is its stretch of ``indptr``, sliced, as stored: no array
+    of its positions, no gather, no widened copy (:class:`~sporadik_dask.read.routing.Stretch`);
+    the first such request's chunks are joined into the calling thread's reused buffer
+    (:func:`~sporadik_dask.store.chunks.read_joined`), so its offsets hold until the thread's
+    next call: a stretch never leaves the read that asked for it.
     """
     fetches = []
     for layout, indptr, positions in requests:
@@ -63,21 +80,26 @@ def fetch_brackets(
             asked = as_array(positions)
             ids = distinct(np.concatenate([asked // chunk, (asked + 1) // chunk]))
         fetches.append((indptr, ids))
-    found = []
-    for (layout, _, positions), (_, ids), table in zip(
-        requests, fetches, read_joined(fetches, next_arrays=next_arrays), strict=True
-    ):
+    stretches = [k for k, (_, _, positions) in enumerate(requests) if _stretch(positions)]
+    tables = read_joined(
+        fetches, next_arrays=next_arrays, reused=stretches[0] if stretches else None
+    )
+    found: list[Runs] = []
+    for (layout, _, positions), (_, ids), table in zip(requests, fetches, tables, strict=True):
         chunk = layout.chunks["indptr"]
+        runs: Runs
         if _stretch(positions):  # runs end to end: the offsets never decrease, in bounds
             first = positions.start - int(ids[0]) * chunk if ids.size else 0
-            offsets = table[first : first + len(positions) + 1].astype(np.int64)
-            lo, hi = offsets[:-1], offsets[1:]
-            broken = offsets[0] < 0 or offsets[-1] > layout.nnz or np.any(hi < lo)
+            runs = Stretch(table[first : first + len(positions) + 1])
+            broken = runs.start < 0 or runs.stop > layout.nnz or not ascending(runs.offsets)
         else:
             asked = as_array(positions)
             lo = _elements(table, ids, chunk, asked).astype(np.int64)
             hi = _elements(table, ids, chunk, asked + 1).astype(np.int64)
-            broken = lo.size and (lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo))
+            broken = bool(lo.size) and bool(
+                lo.min() < 0 or hi.max() > layout.nnz or np.any(hi < lo)
+            )
+            runs = (lo, hi)
         if broken:
             raise LayoutError(
                 f"Layout {layout.path!r} in {location}: indptr names runs outside its "
@@ -85,7 +107,7 @@ def fetch_brackets(
                 "reading on would return values of other cells. Rewrite it (sporadik-dask "
                 "validate names the fault)."
             )
-        found.append((lo, hi))
+        found.append(runs)
     return found
 
 
@@ -97,7 +119,7 @@ def _stretch(positions: Axis) -> TypeGuard[range]:
 def fetch_runs(
     layout: LayoutDescription,
     arrays: tuple[zarr.Array[Any], zarr.Array[Any]],
-    brackets: Brackets,
+    runs: Runs,
     location: str,
     *,
     check: bool = True,
@@ -107,15 +129,15 @@ def fetch_runs(
     concatenated in the order asked.
 
     ``arrays`` are the layout's ``indices`` and ``data``; every zarr chunk the runs touch
-    (:func:`~sporadik_dask.read.routing.run_chunks`, what routing counted) is fetched once,
+    (:func:`~sporadik_dask.read.routing.chunks_of`, what routing counted) is fetched once,
     both arrays in one batch. Indices are checked against the layout's extent unless ``check``
     is False, for a caller that checks each index as it uses it (a pass over them fewer).
     Runs are fetched in batches starting within one ``stretch`` of elements (:func:`_take_runs`).
     """
-    if held(*brackets) == 0:
+    if held_by(runs) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=layout.dtype)
     indices, data = _take_runs(
-        layout, dict(zip(("indices", "data"), arrays, strict=True)), brackets, stretch
+        layout, dict(zip(("indices", "data"), arrays, strict=True)), runs, stretch
     )
     if check:
         check_indices(indices, layout.extent, f"Layout {layout.path!r} in {location}")
@@ -136,7 +158,7 @@ def fetch_values(
 def _take_runs(
     layout: LayoutDescription,
     arrays: dict[str, zarr.Array[Any]],
-    brackets: Brackets,
+    runs: Runs,
     stretch: int = BATCH_VALUES,
 ) -> list[npt.NDArray[Any]]:
     """The elements of every run of each array, fetching each chunk they touch once (a chunk
@@ -150,15 +172,16 @@ def _take_runs(
        positions touch every chunk of a store, many times the bytes of their runs
        (docs/benchmarks.md, "Numbers behind the code's choices").
     """
-    lo, hi = brackets
-    total = held(lo, hi)
-    if abutting(lo, hi):
-        fetches = [(a, run_chunks(lo, hi, layout.chunks[name])) for name, a in arrays.items()]
+    total = held_by(runs)
+    if isinstance(runs, Stretch) or abutting(*runs):
+        begin = runs.start if isinstance(runs, Stretch) else int(runs[0][0])
+        fetches = [(a, chunks_of(runs, layout.chunks[name])) for name, a in arrays.items()]
         taken = []
         for (array, ids), table in zip(fetches, read_joined(fetches), strict=True):
-            first = int(lo[0]) - int(ids[0]) * int(array.chunks[0])
+            first = begin - int(ids[0]) * int(array.chunks[0])
             taken.append(table[first : first + total])
         return taken
+    lo, hi = runs
     counts = hi - lo
     at = np.cumsum(counts) - counts  # each run's place in the result
     order = np.argsort(lo, kind="stable")

@@ -25,12 +25,12 @@ from sporadik_dask.marks import mark_read
 from sporadik_dask.read.assembly import assemble, assemble_points
 from sporadik_dask.read.checked import as_opened, fetching
 from sporadik_dask.read.fetch import (
-    fetch_brackets,
+    fetch_offsets,
     fetch_runs,
     fetch_runs_in_place,
     fetch_values,
 )
-from sporadik_dask.read.routing import Brackets, Route, candidates, route
+from sporadik_dask.read.routing import Brackets, Route, Runs, Stretch, candidates, route
 from sporadik_dask.read.selection import (
     Axis,
     Positions,
@@ -240,9 +240,8 @@ class StoreReader:
             nothing = np.zeros(0, dtype=self.dtype)
             return sparse.COO(np.zeros((len(shape), 0), dtype=np.int64), nothing, shape=shape)
         chosen = self._route(selection, axis)
-        lo, hi = chosen.brackets
-        indices, data = self._stored_runs(chosen.layout, lo, hi)
-        coords, values = assemble(selection, chosen.layout, hi - lo, indices, data)
+        indices, data = self._stored_runs(chosen.layout, chosen.runs)
+        coords, values = assemble(selection, chosen.layout, chosen.runs, indices, data)
         if not shape:  # one cell: a scalar, as sparse and numpy give
             return values[0] if values.size else np.zeros((), dtype=self.dtype)[()]
         return sparse.COO(coords, values, shape=shape, has_duplicates=False, sorted=True)
@@ -283,7 +282,7 @@ class StoreReader:
 
         Reads the first wave (``indptr`` brackets) only.
         """
-        return self._route(Selection.from_key(key, self.shape), None)
+        return self._route(Selection.from_key(key, self.shape), None).widened()
 
     def _route(self, selection: Selection, axis: int | None) -> Route:
         layouts = self.description.layouts
@@ -294,7 +293,7 @@ class StoreReader:
                 f"sporadik_dask.add_axis(store, {axis})."
             )
         axes = (axis,) if axis is not None else candidates(self.description, selection)
-        found = self.brackets([(layouts[a], _bracketed(selection.unique[a])) for a in axes])
+        found = self._offsets([(layouts[a], _bracketed(selection.unique[a])) for a in axes])
         chosen = route(self.description, dict(zip(axes, found, strict=True)))
         if axis is None:
             self._warn_if_scan(selection, chosen.layout.indexed_axis)
@@ -378,9 +377,16 @@ class StoreReader:
 
         Only the ``indptr`` chunks holding the positions (sorted) are read, in one batch; on a
         sharded store, with the shard indexes of ``data`` and ``indices`` a first read needs.
+        Brackets are int64, whatever dtype ``indptr`` stores.
         """
+        return [
+            runs.brackets if isinstance(runs, Stretch) else runs for runs in self._offsets(requests)
+        ]
+
+    def _offsets(self, requests: list[tuple[LayoutDescription, Axis]]) -> list[Runs]:
+        """:meth:`brackets`, a stretch's offsets as stored (int32, say), for a read's own use."""
         arrays = [self._arrays(layout) for layout, _ in requests]
-        return fetch_brackets(
+        return fetch_offsets(
             [
                 (layout, found["indptr"], positions)
                 for (layout, positions), found in zip(requests, arrays, strict=True)
@@ -400,18 +406,18 @@ class StoreReader:
         unchecked) for a caller that checks each index as it uses it.
         """
         if as_stored:
-            return self._stored_runs(layout, lo, hi, check=False)
-        indices, data = self._stored_runs(layout, lo, hi)
+            return self._stored_runs(layout, (lo, hi), check=False)
+        indices, data = self._stored_runs(layout, (lo, hi))
         return indices.astype(np.int64, copy=False), data
 
     def _stored_runs(
-        self, layout: LayoutDescription, lo: Positions, hi: Positions, *, check: bool = True
+        self, layout: LayoutDescription, runs: Runs, *, check: bool = True
     ) -> tuple[npt.NDArray[np.integer[Any]], npt.NDArray[Any]]:
         """:meth:`runs` with the indices as stored (int32, say): what assembly reads, without a
         widened copy of them beside the result."""
         arrays = self._arrays(layout)
         fetch = (arrays["indices"], arrays["data"])
-        return fetch_runs(layout, fetch, (lo, hi), self.location, check=check)
+        return fetch_runs(layout, fetch, runs, self.location, check=check)
 
     @as_opened
     def read_runs(

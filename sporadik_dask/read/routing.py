@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,24 +21,99 @@ from sporadik_dask.planning.budgets import BRACKET_POSITIONS
 from sporadik_dask.read.selection import Selection, distinct
 from sporadik_dask.store.describe import LayoutDescription, StoreDescription
 
-__all__ = ["Brackets", "Route", "abutting", "candidates", "held", "route", "run_chunks"]
+__all__ = [
+    "Brackets",
+    "Route",
+    "Runs",
+    "Stretch",
+    "abutting",
+    "candidates",
+    "chunks_of",
+    "held",
+    "held_by",
+    "route",
+    "run_chunks",
+]
 
 #: Where each selected position's run starts and stops in a layout (``lo``, ``hi``).
 Brackets = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Stretch:
+    """The runs of a stretch of positions, end to end: its ``indptr`` offsets as stored.
+
+    Widened to int64, with the runs' lengths beside them, they were three arrays of 8 bytes a
+    position made afresh by each read of a region (24 MB for 1e6 positions, where page faults
+    took a third of its time). Kept in the stored dtype (int32 wherever the layout's values fit
+    it), nothing computes with them as arrays, where an int32 product (an offset times an item
+    size, a chunk id times a chunk's length) would pass 2**31 unseen: the ends are Python ints,
+    chunk ids int64, each offset is read into an int64 by the kernel that walks the runs
+    (:func:`~sporadik_dask.kernels.runs.columns_of_runs`), and :attr:`brackets` widens them for
+    anything else. A stretch stays inside a read: the reader's public methods give
+    :data:`Brackets`; its offsets may sit in a buffer its thread fills again at its next read
+    (:func:`~sporadik_dask.read.fetch.fetch_offsets`).
+    """
+
+    #: ``indptr`` at the stretch's positions and one past its last, in its stored dtype.
+    offsets: npt.NDArray[np.integer[Any]]
+
+    @classmethod
+    def of_lengths(cls, lengths: npt.NDArray[np.int64]) -> Stretch:
+        """Runs of ``lengths`` values laid end to end from 0."""
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(offsets)
+
+    @property
+    def start(self) -> int:
+        """Where the first run starts."""
+        return int(self.offsets[0])
+
+    @property
+    def stop(self) -> int:
+        """Where the last run stops."""
+        return int(self.offsets[-1])
+
+    @property
+    def brackets(self) -> Brackets:
+        """The runs as int64 brackets: one array of offsets seen twice (:func:`abutting`)."""
+        wide = self.offsets.astype(np.int64)
+        return wide[:-1], wide[1:]
+
+    def chunks(self, chunk: int) -> npt.NDArray[np.int64]:
+        """The ids of the zarr chunks (of ``chunk`` elements) the runs touch, int64: an id
+        times the chunk's length passes 2**31 from 2**31 values on."""
+        if self.stop == self.start:
+            return np.zeros(0, dtype=np.int64)
+        return np.arange(self.start // chunk, (self.stop - 1) // chunk + 1, dtype=np.int64)
+
+
+#: A selection's runs in a layout: their brackets, or a stretch's offsets as stored.
+Runs = Brackets | Stretch
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Route:
-    """The layout a selection is read through, with its brackets and what its runs cost."""
+    """The layout a selection is read through, with its runs and what they cost."""
 
     #: The layout chosen.
     layout: LayoutDescription
     #: The runs of the selection's sorted distinct positions along ``layout.indexed_axis``.
-    brackets: Brackets
+    runs: Runs
     #: Zarr chunks of ``indices`` and ``data`` the runs touch: the requests of the second wave.
     requests: int
     #: Values the runs hold.
     values: int
+
+    @property
+    def brackets(self) -> Brackets:
+        """The runs as int64 brackets."""
+        return self.runs.brackets if isinstance(self.runs, Stretch) else self.runs
+
+    def widened(self) -> Route:
+        """This route with its runs as int64 brackets, for callers outside a read."""
+        return Route(self.layout, self.brackets, self.requests, self.values)
 
 
 def run_chunks(
@@ -69,7 +145,7 @@ def abutting(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> bool:
     """Whether each run ``[lo, hi)`` starts where the one before it stops.
 
     A stretch's brackets are one array of offsets seen twice, ``offsets[:-1]`` and
-    ``offsets[1:]`` (:func:`~sporadik_dask.read.fetch.fetch_brackets`): ``hi`` one element past
+    ``offsets[1:]`` (:class:`Stretch`): ``hi`` one element past
     ``lo`` in the same memory, so ``hi[i]`` is ``lo[i + 1]``, known with no pass over them.
     """
     if (
@@ -89,6 +165,16 @@ def held(lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> int:
     if lo.size and abutting(lo, hi):
         return int(hi[-1] - lo[0])
     return int((hi - lo).sum())
+
+
+def held_by(runs: Runs) -> int:
+    """Values ``runs`` hold (:func:`held`)."""
+    return runs.stop - runs.start if isinstance(runs, Stretch) else held(*runs)
+
+
+def chunks_of(runs: Runs, chunk: int) -> npt.NDArray[np.int64]:
+    """The zarr chunks (of ``chunk`` elements) ``runs`` touch (:func:`run_chunks`)."""
+    return runs.chunks(chunk) if isinstance(runs, Stretch) else run_chunks(*runs, chunk)
 
 
 def candidates(description: StoreDescription, selection: Selection) -> tuple[int, ...]:
@@ -114,7 +200,7 @@ def candidates(description: StoreDescription, selection: Selection) -> tuple[int
     return tuple(narrowing)
 
 
-def route(description: StoreDescription, brackets: Mapping[int, Brackets]) -> Route:
+def route(description: StoreDescription, brackets: Mapping[int, Runs]) -> Route:
     """The layout, among those bracketed, whose runs touch the fewest zarr chunks.
 
     1. For each bracketed layout, count the chunks of ``indices`` and of ``data`` its runs span
@@ -122,10 +208,9 @@ def route(description: StoreDescription, brackets: Mapping[int, Brackets]) -> Ro
     2. Pick the fewest requests; break ties by fewer values, then by the lower axis.
     """
     costs = []
-    for axis, (lo, hi) in brackets.items():
+    for axis, runs in brackets.items():
         layout = description.layouts[axis]
-        requests = sum(run_chunks(lo, hi, layout.chunks[name]).size for name in ("indices", "data"))
-        values = held(lo, hi)
-        costs.append((requests, values, axis))
+        requests = sum(chunks_of(runs, layout.chunks[name]).size for name in ("indices", "data"))
+        costs.append((requests, held_by(runs), axis))
     requests, values, axis = min(costs)
     return Route(description.layouts[axis], brackets[axis], requests, values)

@@ -143,15 +143,24 @@ def read_joined(
     requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
     *,
     next_arrays: Sequence[zarr.Array[Any]] = (),
+    reused: int | None = None,
 ) -> list[npt.NDArray[Any]]:
     """:func:`read_chunks`, each request's chunks joined into one array: chunk ``k`` of those
     asked at elements ``[k * chunk, (k + 1) * chunk)`` (past the array's end, unspecified).
 
     Each chunk is decoded by its thread straight into its place, so no list of decoded chunks is
     held beside the join, nor copied into it afterwards, which halves what a fetch adds to the
-    peak (docs/benchmarks.md, "Numbers behind the code's choices").
+    peak (docs/benchmarks.md, "Numbers behind the code's choices"). Request ``reused`` is joined
+    into a buffer the calling thread keeps (:func:`_reused_table`), valid until its next join
+    into it: for a table that never leaves the caller's read.
     """
-    joined: list[npt.NDArray[Any]] = _read(requests, next_arrays, _joined)
+
+    def finish(
+        jobs: list[Any], asked: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]]
+    ) -> list[npt.NDArray[Any]]:
+        return _joined(jobs, asked, reused)
+
+    joined: list[npt.NDArray[Any]] = _read(requests, next_arrays, finish)
     return joined
 
 
@@ -267,11 +276,41 @@ def _decoded_lists(
     return _per_request(map_jobs(lambda job: decode_chunk(*job), jobs), requests)
 
 
+#: Bytes up to which a join asked to be reused (:func:`read_joined`) goes into the calling
+#: thread's buffer rather than fresh memory: a region of 2 Mi positions' ``indptr`` offsets as
+#: int32. A lazy read of a 1 Mb region made its 4 MB of offsets afresh each time, and held more
+#: than glibc keeps between reads, so all its memory came back fresh: 2,518 page faults a read
+#: again. With the offsets in a kept buffer, 2, and 9.3 ms against 12.2 ms, four processes each
+#: way at a load of 4 (docs/benchmarks.md, "a region read again, its offsets as stored").
+REUSED_TABLE_BYTES = 2**23
+
+#: Each calling thread's buffer for joins asked to be reused.
+_reused = threading.local()
+
+
+def _reused_table(size: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """``size`` elements of ``dtype`` in the calling thread's buffer, grown to fit (fresh memory
+    past :data:`REUSED_TABLE_BYTES`)."""
+    nbytes = size * dtype.itemsize
+    if nbytes > REUSED_TABLE_BYTES:
+        return np.empty(size, dtype=dtype)
+    held: npt.NDArray[np.uint8] | None = getattr(_reused, "buffer", None)
+    if held is None or held.size < nbytes:
+        held = _reused.buffer = np.empty(nbytes, dtype=np.uint8)
+    table: npt.NDArray[Any] = held[:nbytes].view(dtype)
+    return table
+
+
 def _joined(
-    jobs: list[Any], requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]]
+    jobs: list[Any],
+    requests: list[tuple[zarr.Array[Any], npt.NDArray[np.int64]]],
+    reused: int | None = None,
 ) -> list[npt.NDArray[Any]]:
     tables = [
-        np.empty(len(ids) * int(array.chunks[0]), dtype=array.dtype) for array, ids in requests
+        _reused_table(len(ids) * int(array.chunks[0]), np.dtype(array.dtype))
+        if k == reused
+        else np.empty(len(ids) * int(array.chunks[0]), dtype=array.dtype)
+        for k, (array, ids) in enumerate(requests)
     ]
     places = [
         (table, k * int(array.chunks[0]))

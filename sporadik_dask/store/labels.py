@@ -423,7 +423,8 @@ def read_labels(
             "and the block disagree, so the dims cannot be trusted. Rewrite the store."
         )
     names = [str(name) for name in stored.get("coords", []) if str(name) not in skip]
-    coordinates = run(_read_coordinates(root, names, dims, location))
+    # none stored: no trip to zarr's event loop (0.3 ms of a region's read)
+    coordinates = run(_read_coordinates(root, names, dims, location)) if names else []
     coords = dict(zip(names, coordinates, strict=True))
     for name, formula in (stored.get(RANGES_KEY) or {}).items():
         if name not in skip:

@@ -135,16 +135,39 @@ def test_columns_of_runs_is_what_indexing_the_dense_matrix_gives(
     if unsorted:
         for lo, hi in itertools.pairwise(csc.indptr):
             indices[lo:hi], data[lo:hi] = indices[lo:hi][::-1].copy(), data[lo:hi][::-1].copy()
-    if end_to_end:
-        asked, starts, lengths = np.arange(cols), None, np.diff(csc.indptr).astype(np.int64)
+    if end_to_end:  # the offsets as indptr stores them: int32, read as int64 one by one
+        asked, starts = np.arange(cols), None
+        lo, hi = csc.indptr[:-1].astype(np.int32), csc.indptr[1:].astype(np.int32)
     else:
         asked, starts, lengths = _runs_asked(rng, np.diff(csc.indptr), cols)
+        lo, hi = csc.indptr[asked], csc.indptr[asked] + lengths
     picked, slots = _selected(rng, rows, order)
-    got = columns_of_runs(starts, lengths, indices, data, slots, picked.size)
+    got = columns_of_runs(lo, hi, starts, indices, data, slots, picked.size)
     assert got is not None
     coords, expected = _coo_of(csc.toarray()[np.ix_(picked, asked)])
     np.testing.assert_array_equal(got[0], coords)
     np.testing.assert_array_equal(got[1], expected)
+
+
+def test_columns_of_runs_reads_int32_offsets_near_2_31_as_int64_ones() -> None:
+    """A stretch's offsets as ``indptr`` stores them, up to 2**31 - 1: each read into an int64
+    before any arithmetic, the runs are those of the same offsets widened."""
+    top = 2**31 - 1
+    offsets = np.array([top - 9, top - 6, top - 6, top - 2, top], dtype=np.int32)
+    indices = np.array([0, 2, 3, 1, 2, 3, 0, 3, 4], dtype=np.int32)
+    data = np.arange(1, 10, dtype=np.float32)
+    slots = np.array([-1, 0, 1, 2, 3], dtype=np.int64)  # row 0 left out
+    narrow = columns_of_runs(offsets[:-1], offsets[1:], None, indices, data, slots, 4)
+    wide = offsets.astype(np.int64)
+    widened = columns_of_runs(wide[:-1], wide[1:], None, indices, data, slots, 4)
+    assert narrow is not None and widened is not None
+    dense = np.zeros((5, 4), dtype=np.float32)
+    for run, (lo, hi) in enumerate(itertools.pairwise(wide - wide[0])):
+        dense[indices[lo:hi], run] = data[lo:hi]
+    coords, expected = _coo_of(dense[1:])
+    for got in (narrow, widened):
+        np.testing.assert_array_equal(got[0], coords)
+        np.testing.assert_array_equal(got[1], expected)
 
 
 @settings(max_examples=100, deadline=None)

@@ -38,3 +38,27 @@ def test_runs_fetched_in_batches_are_each_run_in_the_order_asked(
         got = np.zeros(40, dtype=np.float32)
         got[indices[at[k] : at[k + 1]]] = data[at[k] : at[k + 1]]
         np.testing.assert_array_equal(got, dense[row])
+
+
+def test_brackets_of_a_region_stay_the_callers_while_the_thread_reads_other_regions(
+    tmp_path: Path,
+) -> None:
+    """A region's offsets are joined into a buffer its thread fills again at its next read:
+    the brackets the reader gives are copies, and regions read one after another, or two at
+    once (one through each layout), each hold their own values."""
+    dense = random_dense(np.random.default_rng(3), (40, 30), 0.4, np.float32)
+    path = tmp_path / "s.zarr"
+    sd.to_sporadik(sparse.COO.from_numpy(dense), path, axes=(0, 1), chunk=8)
+    reader = StoreReader(str(path))
+    layout = reader.description.layouts[1]
+    indptr = np.asarray(reader._arrays(layout)["indptr"][:])
+    ((lo, hi),) = reader.brackets([(layout, range(3, 20))])
+    route = reader.route((slice(None), slice(3, 20)))
+    earlier = reader[:, 3:20]
+    for key in [(slice(None), slice(10, 30)), (slice(2, 30), slice(5, 25)), (slice(0, 9),)]:
+        np.testing.assert_array_equal(reader[key].todense(), dense[key])
+    for got in (lo, route.brackets[0]):
+        np.testing.assert_array_equal(got, indptr[3:20])
+    for got in (hi, route.brackets[1]):
+        np.testing.assert_array_equal(got, indptr[4:21])
+    np.testing.assert_array_equal(earlier.todense(), dense[:, 3:20])

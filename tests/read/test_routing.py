@@ -9,8 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sporadik_dask as sd
-from sporadik_dask.read import Selection
-from sporadik_dask.read.routing import abutting, candidates, held, route, run_chunks
+from sporadik_dask.read import Selection, StoreReader
+from sporadik_dask.read.assembly import lengths_of
+from sporadik_dask.read.routing import (
+    Stretch,
+    abutting,
+    candidates,
+    chunks_of,
+    held,
+    held_by,
+    route,
+    run_chunks,
+)
 from tests.helpers import random_dense
 
 
@@ -62,6 +72,45 @@ def test_runs_end_to_end_are_known_as_such_and_touch_the_chunks_each_run_does(
         assert abutting(lo, hi) == expected
         assert held(lo, hi) == int((hi - lo).sum())
         assert run_chunks(lo, hi, chunk).tolist() == _chunks_one_run_at_a_time(lo, hi, chunk)
+
+
+def test_a_stretch_of_int32_offsets_near_2_31_gives_int64_chunks_ends_and_lengths() -> None:
+    """Offsets kept as ``indptr`` stores them (int32) up to 2**31 - 1: an int32 chunk id times
+    a chunk's length would wrap negative there, as would any product of an offset. Everything a
+    stretch gives is what the same offsets as int64 give, in int64 or Python ints."""
+    top = 2**31 - 1
+    offsets = np.array([top - 70_000, top - 69_990, top - 5, top - 5, top], dtype=np.int32)
+    stretch, wide = Stretch(offsets), (offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64))
+    assert (stretch.start, stretch.stop) == (top - 70_000, top)
+    assert stretch.start * 4 == (top - 70_000) * 4  # an offset times an item size: bytes
+    assert held_by(stretch) == held(*wide) == 70_000
+    for chunk in (2**15, 10, 1):
+        ids = chunks_of(stretch, chunk)
+        assert ids.dtype == np.int64
+        np.testing.assert_array_equal(ids, run_chunks(*wide, chunk))
+        assert int(ids[-1]) * chunk == (top - 1) // chunk * chunk  # no wrap when multiplied
+        assert int((ids * chunk)[-1]) == (top - 1) // chunk * chunk
+    for got, expected in zip(stretch.brackets, wide, strict=True):
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, expected)
+    lengths = lengths_of(stretch)
+    assert lengths.dtype == np.int64
+    np.testing.assert_array_equal(lengths, [10, 69_985, 0, 5])
+
+
+def test_a_readers_brackets_and_routes_are_int64_where_indptr_is_int32(tmp_path: Path) -> None:
+    """A region's offsets stay as stored inside a read, and never leave it: what the reader's
+    public methods give is int64 brackets."""
+    description = _description(tmp_path)
+    reader = StoreReader(str(tmp_path / "s.zarr"))
+    layout = description.layouts[1]
+    assert reader._arrays(layout)["indptr"].dtype == np.int32
+    (found,) = reader.brackets([(layout, range(3, 20))])
+    chosen = reader.route((slice(None), slice(3, 20)))
+    assert not isinstance(chosen.runs, Stretch)
+    for lo, hi in (found, chosen.brackets, chosen.runs):
+        assert lo.dtype == hi.dtype == np.int64
+        assert abutting(lo, hi)
 
 
 def test_fewer_chunks_win_over_fewer_values(tmp_path: Path) -> None:
