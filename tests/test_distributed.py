@@ -442,3 +442,22 @@ def test_a_cluster_on_this_host_keeps_files_unless_told_to_persist_on_its_worker
     with dask.config.set({"sporadik.keep-pieces": chosen}):
         assert keeping(True, client) == kept
         assert keeping(False, client) is None
+
+
+@pytest.mark.parametrize(("memory_limit", "spills"), [(0, False), ("1GB", True)])
+def test_only_workers_that_spill_are_given_pieces_to_persist_unasked(
+    memory_limit: int | str, spills: bool
+) -> None:
+    """A worker with no memory limit never spills: persisting every piece there could hold the
+    whole input in its memory, so ``auto`` keeps nothing on a cluster of other hosts."""
+    from distributed import LocalCluster
+
+    from sporadik_dask.write.kept import _workers_spill
+
+    with (
+        LocalCluster(
+            n_workers=1, processes=False, memory_limit=memory_limit, dashboard_address=None
+        ) as cluster,
+        Client(cluster, set_as_default=False) as other,
+    ):
+        assert _workers_spill(other) is spills

@@ -47,7 +47,7 @@ __all__ = [
 #: Where pieces are kept: as files on disk, or persisted on a cluster's workers as results.
 Keeping = Literal["files", "workers"]
 #: The values of ``sporadik.keep-pieces``, its default first: files where every worker runs on
-#: this host, else workers; or either, always.
+#: this host, else workers when every one spills; or either, always.
 KEEP_PIECES = ("auto", "files", "workers")
 
 #: Names of this host as a ``distributed`` worker's address may give it.
@@ -93,7 +93,7 @@ def keeping(keep: bool, client: Any = None) -> Keeping | None:
 
     ``sporadik.keep-pieces`` ``auto`` keeps files when every task can read them (a local
     scheduler, or a cluster whose workers all run on this host), else persists them on the
-    workers; ``files`` (a ``temporary-directory`` every host shares) and ``workers`` choose. A
+    workers when each has a memory limit to spill past (else keeps nothing); ``files`` (a ``temporary-directory`` every host shares) and ``workers`` choose. A
     local scheduler has no workers and keeps files. ``sporadik.spill-bytes`` negative says
     nothing goes to disk, and nothing is kept.
     """
@@ -110,8 +110,18 @@ def keeping(keep: bool, client: Any = None) -> Keeping | None:
     if client is None:
         return "files"
     if chosen == "auto":
-        return "files" if _workers_here(client) else "workers"
+        if _workers_here(client):
+            return "files"
+        return "workers" if _workers_spill(client) else None
     return "files" if chosen == "files" else "workers"
+
+
+def _workers_spill(client: Any) -> bool:
+    """Whether every worker of ``client``'s cluster has a memory limit, past which distributed
+    spills what it holds to the worker's disk. A worker with none (``memory_limit=0``) would hold
+    every persisted piece in memory, so ``auto`` reads the input again rather than risk it."""
+    workers = client.scheduler_info().get("workers", {})
+    return bool(workers) and all(info.get("memory_limit") for info in workers.values())
 
 
 def keep_to() -> SpillTo:
