@@ -93,9 +93,10 @@ def keeping(keep: bool, client: Any = None) -> Keeping | None:
 
     ``sporadik.keep-pieces`` ``auto`` keeps files when every task can read them (a local
     scheduler, or a cluster whose workers all run on this host), else persists them on the
-    workers when each has a memory limit to spill past (else keeps nothing); ``files`` (a ``temporary-directory`` every host shares) and ``workers`` choose. A
-    local scheduler has no workers and keeps files. ``sporadik.spill-bytes`` negative says
-    nothing goes to disk, and nothing is kept.
+    workers when each has a memory limit to spill past (else keeps nothing); ``files`` (a
+    ``temporary-directory`` every host shares) and ``workers`` choose. A local scheduler has no
+    workers and keeps files. ``sporadik.spill-bytes`` negative says nothing goes to disk, and
+    nothing is kept.
     """
     import dask.config
 
