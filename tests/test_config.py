@@ -16,6 +16,7 @@ from sporadik_dask import config
 from sporadik_dask.planning import budgets
 from sporadik_dask.reduce.results import DENSE_RESULT_CELLS
 from sporadik_dask.store import ranges, shards
+from sporadik_dask.write import kept
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,7 @@ def test_the_defaults_are_the_constants_the_code_falls_back_on() -> None:
     defaults = config.DEFAULTS["sporadik"]
     assert defaults["partition-bytes"] == budgets.PARTITION_BYTES
     assert defaults["spill-bytes"] == budgets.SPILL_BYTES
+    assert defaults["keep-pieces"] == kept.KEEP_PIECES[0]
     assert defaults["max-positions"] == describe.MAX_POSITIONS
     assert defaults["whole-shard"] == shards.WHOLE_SHARD
     assert defaults["coalesce-gap"] == ranges.COALESCE_GAP

@@ -310,3 +310,154 @@ def test_a_cluster_write_reads_each_block_of_its_input_once(tmp_path: Path, clie
     assert reads_logged(log) == [0, 1, 2, 3]
     with sporadik.open_array(tmp_path / "s.zarr") as store:
         np.testing.assert_array_equal(store.to_array().to_dense(), logged_dense(4))
+
+
+def _in_memory(dask_worker: Any) -> list[Any]:
+    """The keys a worker holds, in memory or spilled to its disk (run on each worker)."""
+    return list(dask_worker.data)
+
+
+def _holding(client: Client, keys: Any, *, settled: bool = True) -> tuple[set[Any], set[Any]]:
+    """Which of ``keys`` (or, for a string, which keys named with it first) the scheduler has a
+    worker hold, and which a worker holds; ``settled``: once a release has reached them both
+    (the scheduler tells the workers after the client tells it), or a minute has passed."""
+    import time
+
+    def wanted(key: Any) -> bool:
+        name = key[0] if isinstance(key, tuple) else key
+        return str(name).startswith(keys) if isinstance(keys, str) else key in keys
+
+    deadline = time.monotonic() + 60
+    while True:
+        known = {key for key, where in client.who_has().items() if where and wanted(key)}
+        found = client.run(_in_memory).values()
+        held = {key for keys_held in found for key in keys_held if wanted(key)}
+        if not settled or not (known or held) or time.monotonic() > deadline:
+            return known, held
+        time.sleep(0.05)
+
+
+#: What a cluster holds a write's persisted pieces under (``write/persisted.py``).
+NARROWED = "sporadik-narrowed-"
+
+
+def _objects(path: Path) -> dict[str, bytes]:
+    """Every object of the store at ``path``, by name."""
+    return {f.relative_to(path).as_posix(): f.read_bytes() for f in path.rglob("*") if f.is_file()}
+
+
+def _written_on_threads(x: Any, path: Path) -> dict[str, bytes]:
+    """The objects the threaded scheduler writes for ``x`` (its pieces kept as files)."""
+    with dask.config.set(scheduler="threads"):
+        sd.to_sporadik(x, path, partition_bytes=4000)
+    return _objects(path)
+
+
+@pytest.mark.parametrize("pending", [False, True], ids=["computed", "compute=False, then compute"])
+def test_a_cluster_persisting_its_pieces_on_its_workers_reads_each_block_of_its_input_once(
+    tmp_path: Path, client: Client, pending: bool
+) -> None:
+    """``sporadik.keep-pieces: workers``, as on workers of other hosts: the count pass's pieces
+    are results its workers hold, which the write takes; none is left once it commits."""
+    from sporadik_dask.write import sources
+
+    log, scratch, path = tmp_path / "reads", tmp_path / "scratch", tmp_path / "s.zarr"
+    x = logged_input(log, 4)
+    pieces = sources.source_of(x).pieces.keys
+    with dask.config.set({"sporadik.keep-pieces": "workers", "temporary-directory": str(scratch)}):
+        if pending:
+            write = sd.to_sporadik(x, path, partition_bytes=4000, compute=False)
+            assert reads_logged(log) == [0, 1, 2, 3]  # the count pass
+            persisted = {future.key for future in write._persisted}
+            assert len(persisted) == 4
+            assert _holding(client, persisted, settled=False) == (persisted, persisted)
+            assert _holding(client, pieces) == (set(), set())  # as read: gone once narrowed
+            written = write.compute()
+        else:
+            written = sd.to_sporadik(x, path, partition_bytes=4000)
+    assert reads_logged(log) == [0, 1, 2, 3]
+    assert not scratch.exists()  # nothing kept on disk
+    assert _holding(client, NARROWED) == (set(), set())
+    assert written.nnz == np.count_nonzero(logged_dense(4))
+    with sporadik.open_array(path) as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), logged_dense(4))
+    assert _objects(path) == _written_on_threads(x, tmp_path / "t.zarr")
+
+
+def test_a_failed_write_keeps_its_persisted_pieces_for_a_retry_that_reads_no_block_again(
+    tmp_path: Path, client: Client
+) -> None:
+
+    log, path = tmp_path / "reads", tmp_path / "s.zarr"
+    x = logged_input(log, 3)
+    with dask.config.set({"sporadik.keep-pieces": "workers"}):
+        write = sd.to_sporadik(x, path, partition_bytes=4000, compute=False)
+    assert isinstance(write, sd.StoreWrite)
+    persisted = {future.key for future in write._persisted}
+    path.mkdir()
+    (path / "notes.txt").write_text("not a store")  # the write's first task refuses it
+    with pytest.raises(sd.StoreExistsError):
+        write.compute()
+    assert _holding(client, persisted, settled=False) == (persisted, persisted)
+    (path / "notes.txt").unlink()
+    write.compute()
+    assert reads_logged(log) == [0, 1, 2]
+    assert _holding(client, NARROWED) == (set(), set())
+    with sporadik.open_array(path) as store:
+        np.testing.assert_array_equal(store.to_array().to_dense(), logged_dense(3))
+
+
+def test_a_refused_write_and_a_dropped_pending_write_let_go_of_their_persisted_pieces(
+    tmp_path: Path, client: Client
+) -> None:
+    import gc
+
+    rows, cols = np.array([0, 1, 1, 2]), np.array([3, 0, 0, 2])  # (1, 0) named twice
+    values = np.arange(4, dtype=np.float64) + 1
+    columns = (
+        da.from_array(values, chunks=2),
+        (da.from_array(rows, chunks=2), da.from_array(cols, chunks=2)),
+    )
+    with dask.config.set({"sporadik.keep-pieces": "workers"}):
+        with pytest.raises(sd.LayoutError, match="name a cell another value already names"):
+            sd.to_sporadik(columns, tmp_path / "r.zarr", shape=(3, 4), duplicates="refuse")
+        assert _holding(client, NARROWED) == (set(), set())
+        write = sd.to_sporadik(columns, tmp_path / "p.zarr", shape=(3, 4), compute=False)
+    persisted = {future.key for future in write._persisted}
+    assert len(persisted) == 2
+    assert _holding(client, persisted, settled=False) == (persisted, persisted)
+    del write
+    gc.collect()
+    assert _holding(client, NARROWED) == (set(), set())
+
+
+@pytest.mark.parametrize(
+    ("chosen", "kept"), [("auto", "files"), ("files", "files"), ("workers", "workers")]
+)
+def test_a_cluster_on_this_host_keeps_files_unless_told_to_persist_on_its_workers(
+    client: Client, chosen: str, kept: str
+) -> None:
+    from sporadik_dask.write.kept import keeping
+
+    with dask.config.set({"sporadik.keep-pieces": chosen}):
+        assert keeping(True, client) == kept
+        assert keeping(False, client) is None
+
+
+@pytest.mark.parametrize(("memory_limit", "spills"), [(0, False), ("1GB", True)])
+def test_only_workers_that_spill_are_given_pieces_to_persist_unasked(
+    memory_limit: int | str, spills: bool
+) -> None:
+    """A worker with no memory limit never spills: persisting every piece there could hold the
+    whole input in its memory, so ``auto`` keeps nothing on a cluster of other hosts."""
+    from distributed import LocalCluster
+
+    from sporadik_dask.write.kept import _workers_spill
+
+    with (
+        LocalCluster(
+            n_workers=1, processes=False, memory_limit=memory_limit, dashboard_address=None
+        ) as cluster,
+        Client(cluster, set_as_default=False) as other,
+    ):
+        assert _workers_spill(other) is spills

@@ -31,7 +31,16 @@ from hypothesis import strategies as st
 from zarr.storage import LocalStore
 
 import sporadik_dask as sd
-from tests.helpers import RecordingStore, mount_tmpfs, random_dense, unmount, write_reference
+from tests.helpers import (
+    RecordingStore,
+    logged_dense,
+    logged_input,
+    mount_tmpfs,
+    random_dense,
+    reads_logged,
+    unmount,
+    write_reference,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -179,6 +188,37 @@ def test_a_write_losing_a_worker_for_good_finishes_on_the_others_with_clean_byte
     with sporadik.open_array(path) as reader:
         np.testing.assert_array_equal(reader.to_array().to_dense(), dense)
     assert sd.validate(path).nnz == written.nnz
+
+
+@pytest.mark.slow
+def test_a_worker_lost_with_persisted_pieces_has_only_those_read_again_and_the_bytes_are_clean(
+    tmp_path: Path,
+) -> None:
+    """``sporadik.keep-pieces: workers``: the pieces a killed worker held are read again from
+    the input by their lineage, no other, and the write is the threaded write's, byte for byte."""
+    log, path = tmp_path / "reads", tmp_path / "s.zarr"
+    x = logged_input(log, 6)
+    sd.to_sporadik(x, tmp_path / "clean.zarr", partition_bytes=4000)  # threads, files
+    log.unlink()
+    with _three_workers(3, tmp_path) as (client, _):
+        with dask.config.set({"sporadik.keep-pieces": "workers"}):
+            write = sd.to_sporadik(x, path, partition_bytes=4000, compute=False)
+        assert isinstance(write, sd.StoreWrite)
+        pieces = {future.key: b for b, future in enumerate(write._persisted)}
+        alone: dict[str, list[int]] = {}  # the pieces each worker alone holds
+        for key, where in client.who_has().items():
+            if key in pieces and len(where) == 1:
+                alone.setdefault(where[0], []).append(pieces[key])
+        lost, held = max(alone.items(), key=lambda found: len(found[1]))
+        os.kill(client.run(os.getpid, workers=[lost])[lost], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while lost in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        write.compute()
+    assert reads_logged(log) == sorted([*range(6), *held])
+    assert _objects(path) == _objects(tmp_path / "clean.zarr")
+    with sporadik.open_array(path) as reader:
+        np.testing.assert_array_equal(reader.to_array().to_dense(), logged_dense(6))
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from dask.highlevelgraph import HighLevelGraph
 from sporadik_dask.format.spec import LayoutGeometry
 from sporadik_dask.reduce.graph import Key, Layer, block_offsets, fan_in
 from sporadik_dask.write import array_refs, frame_pieces
-from sporadik_dask.write.kept import KeptPiece, kept_piece
+from sporadik_dask.write.kept import KeptPiece, kept_piece, widened
 from sporadik_dask.write.pieces import (
     Piece,
     cell_bounds,
@@ -40,6 +40,7 @@ __all__ = [
     "current_client",
     "kept_pieces",
     "names_of_frame",
+    "persisted_pieces",
     "pieces_of_blocks",
     "pieces_of_columns",
     "pieces_of_coo",
@@ -72,6 +73,9 @@ class Pieces:
     keep: bool = False
     #: Directories holding the kept pieces these tasks read, removed when the write ends.
     kept: tuple[str, ...] = ()
+    #: ``distributed`` futures of the pieces persisted on a cluster's workers
+    #: (:mod:`~sporadik_dask.write.persisted`), released when the write ends.
+    persisted: tuple[Any, ...] = ()
 
 
 def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pieces:
@@ -85,6 +89,19 @@ def kept_pieces(pieces: Pieces, kept: Sequence[KeptPiece], directory: str) -> Pi
     layer: Layer = {(name, b): (kept_piece, found) for b, found in enumerate(kept)}
     graph = HighLevelGraph.from_collections(name, layer, [])
     return Pieces(graph, tuple(layer), kept=(directory,))
+
+
+def persisted_pieces(pieces: Pieces, futures: Sequence[Any]) -> Pieces:
+    """``pieces`` as the count pass persisted them on a cluster's workers, narrowed, a future
+    each, each widened by a task of its own; the graph holds no task of the input, whose pieces
+    the scheduler reads again only for a lost worker's.
+
+    Named by the input's pieces, as :func:`kept_pieces` is.
+    """
+    name = f"sporadik-persisted-{tokenize(pieces.keys)}"
+    layer: Layer = {(name, b): (widened, future) for b, future in enumerate(futures)}
+    graph = HighLevelGraph.from_collections(name, layer, [])
+    return Pieces(graph, tuple(layer), persisted=tuple(futures))
 
 
 def pieces_of_blocks(x: da.Array, keep: bool = True) -> Pieces:

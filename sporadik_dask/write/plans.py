@@ -1,7 +1,8 @@
 """A write's layouts planned: the count pass computed once, then each layout planned from it.
 
-The count pass also keeps each piece it reads, where the input is costly to read again
-(:mod:`~sporadik_dask.write.kept`), and the write takes them from there.
+The count pass also keeps each piece it reads, where the input is costly to read again, on disk
+(:mod:`~sporadik_dask.write.kept`) or persisted on a cluster's workers
+(:mod:`~sporadik_dask.write.persisted`), and the write takes them from there.
 
 The count pass (:func:`~sporadik_dask.write.graph.count_graph`) is the one pass over the input
 before anything is written: values per position along each axis, the cells named twice, each
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy.typing as npt
 
@@ -22,10 +23,10 @@ from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.planning.budgets import partition_values
 from sporadik_dask.planning.dtypes import check_dtype_option, stored_dtype
 from sporadik_dask.planning.plan import LayoutPlan, plan_layout
-from sporadik_dask.write import spill
+from sporadik_dask.write import persisted, spill
 from sporadik_dask.write.graph import count_graph
-from sporadik_dask.write.kept import keep_to_for
-from sporadik_dask.write.piece_graphs import current_client, kept_pieces
+from sporadik_dask.write.kept import keep_to, keeping
+from sporadik_dask.write.piece_graphs import current_client, kept_pieces, persisted_pieces
 from sporadik_dask.write.sources import Source
 
 __all__ = ["Duplicates", "plan_source"]
@@ -49,7 +50,8 @@ def plan_source(
     found from the range of values the same pass finds.
 
     Returns the plans and the source for the write: the pieces the pass kept, where it kept
-    them (:mod:`~sporadik_dask.write.kept`), else the source as given.
+    them (:mod:`~sporadik_dask.write.kept`, :mod:`~sporadik_dask.write.persisted`), else the
+    source as given.
     """
     if duplicates not in ("sum", "refuse"):
         raise LayoutError(f"duplicates={duplicates!r}; choose 'sum' or 'refuse'.")
@@ -59,11 +61,18 @@ def plan_source(
             "is one uncompressed chunk, and a shard holds many. Choose one."
         )
     ranged = check_dtype_option(dtype) is not None
-    keep_to = keep_to_for(source.pieces.keep, current_client())
+    client = current_client()
+    where = keeping(source.pieces.keep, client)
+    to = keep_to() if where == "files" else None
+    futures: tuple[Any, ...] = ()
+    tally: Any  # a Tally, whose kept names a file for every piece when kept as files
     try:
-        counts, repeats, spans, found, kept = count_graph(
-            source.pieces, source.shape, axes, ranged=ranged, keep_to=keep_to
-        ).compute()
+        count = count_graph(source.pieces, source.shape, axes, ranged=ranged, keep_to=to)
+        if where == "workers":
+            tally, futures = persisted.count_and_persist(count, source.pieces, client)
+        else:
+            tally = count.compute()
+        counts, repeats, spans, found, kept = tally
         if repeats and duplicates == "refuse":
             raise LayoutError(
                 f"{repeats} values name a cell another value already names. With "
@@ -89,9 +98,12 @@ def plan_source(
             for k, (axis, column) in enumerate(zip(axes, counts, strict=True))
         }
     except BaseException:
-        if keep_to is not None:
-            spill.remove(keep_to.directories)
+        if to is not None:
+            spill.remove(to.directories)
+        persisted.release(futures)
         raise
-    if keep_to is not None:
-        source = replace(source, pieces=kept_pieces(source.pieces, kept, keep_to.local))
+    if to is not None:
+        source = replace(source, pieces=kept_pieces(source.pieces, kept, to.local))
+    elif where == "workers":
+        source = replace(source, pieces=persisted_pieces(source.pieces, futures))
     return plans, source

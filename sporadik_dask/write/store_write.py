@@ -26,7 +26,7 @@ from dask.typing import Key
 from sporadik_dask.format.errors import IncompleteError, StoreExistsError
 from sporadik_dask.format.spec import Block
 from sporadik_dask.store.describe import StoreDescription, describe
-from sporadik_dask.write import spill
+from sporadik_dask.write import persisted, spill
 from sporadik_dask.write.piece_graphs import current_client
 from sporadik_dask.write.skeleton import commit_block, discard, is_committed
 
@@ -44,6 +44,12 @@ class StoreWrite(DaskMethodsMixin):
     failure anywhere leaves no block. As a collection handed to ``dask.compute`` with others,
     the block is written by dask's finalize step, which on ``distributed`` runs on a worker:
     still only after every chunk write has returned.
+
+    The pieces the count pass kept for the write (files, or pieces persisted on a cluster's
+    workers) go when the block is committed and stay after a compute that failed, for a retry to
+    take; a write never computed lets them go when it is dropped. Computed by ``dask.compute``,
+    whose commit may run on a worker, a write removes its files then, and releases its persisted
+    pieces when it is dropped.
     """
 
     __slots__ = (
@@ -54,6 +60,7 @@ class StoreWrite(DaskMethodsMixin):
         "_keys",
         "_location",
         "_name",
+        "_persisted",
         "_spill",
         "_store",
         "_token",
@@ -69,12 +76,13 @@ class StoreWrite(DaskMethodsMixin):
         spill_to: spill.SpillTo | None = None,
         token: str | None = None,
         kept: Sequence[str] = (),
+        persisted: Sequence[Any] = (),
     ) -> None:
         self._graph, self._keys, self._store = graph, keys, store
         self._block, self._location, self._token = block, location, token
         self._spill = () if spill_to is None else spill_to.directories
         # the pieces the count pass kept outlive a failed compute, which a retry reads again
-        self._kept = tuple(kept)
+        self._kept, self._persisted = tuple(kept), tuple(persisted)
         self._name: str = list(graph.layers)[-1]
         self._done = False  # every chunk write seen to return, by compute or wait
         if self._spill or self._kept:  # a write computed by dask.compute, or never, leaves none
@@ -137,6 +145,7 @@ class StoreWrite(DaskMethodsMixin):
                 "w.commit(client.compute(w.written()).result())."
             )
         files = self._spill + self._kept
+        persisted.release(self._persisted)
         return _commit(None, self._store, self._block, self._location, files, self._token)
 
     def committed(self) -> bool:

@@ -21,9 +21,9 @@ from sporadik_dask.planning.plan import LayoutPlan
 from sporadik_dask.store.codecs import Codecs, check_codecs
 from sporadik_dask.store.describe import WRITTEN_KEY, StoreDescription, describe
 from sporadik_dask.store.storage import StoreLike, open_group
-from sporadik_dask.write import spill
 from sporadik_dask.write.array_refs import ArrayRef
 from sporadik_dask.write.graph import write_graph
+from sporadik_dask.write.persisted import let_go
 from sporadik_dask.write.plans import Duplicates, plan_source
 from sporadik_dask.write.skeleton import (
     LayoutSkeleton,
@@ -230,7 +230,7 @@ def to_sporadik(
         )
         block = Block.over(source.shape, {axis: plan.index_order for axis, plan in plans.items()})
     except BaseException:
-        spill.remove(source.pieces.kept)
+        let_go(source.pieces)
         raise
     return _write(source, plans, arrays, skeleton.where / LAYOUTS_GROUP, block, skeleton, compute)
 
@@ -263,16 +263,24 @@ def _write(
             source.pieces, plans, arrays, spilled, shared=layouts, first=first
         )
     except BaseException:
-        spill.remove(source.pieces.kept)
+        let_go(source.pieces)
         raise
     write = StoreWrite(
-        graph, keys, layouts.store, block, location, spill_to, token=token, kept=source.pieces.kept
+        graph,
+        keys,
+        layouts.store,
+        block,
+        location,
+        spill_to,
+        token=token,
+        kept=source.pieces.kept,
+        persisted=source.pieces.persisted,
     )
     if compute:
         try:
             description: StoreDescription = write.compute()
         finally:
-            spill.remove(source.pieces.kept)  # no one retries a write they did not hold
+            let_go(source.pieces)  # no one retries a write they did not hold
         return description
     return write
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sporadik_dask.write.kept import keep_piece, keep_to_for, kept_piece
+from sporadik_dask.format.errors import SporadikError
+from sporadik_dask.write.kept import keep_piece, keeping, kept_piece
 from sporadik_dask.write.pieces import Piece
 from sporadik_dask.write.spill import SpillTo
 
@@ -35,10 +36,30 @@ def test_a_kept_piece_reads_back_as_it_was_read(
 def test_nothing_is_kept_of_an_input_cheaper_to_read_again_or_when_nothing_may_go_to_disk() -> None:
     import dask.config
 
-    assert keep_to_for(False) is None
-    assert keep_to_for(True) is not None
+    assert keeping(False) is None
+    assert keeping(True) == "files"
     with dask.config.set({"sporadik.spill-bytes": -1}):
-        assert keep_to_for(True) is None
+        assert keeping(True) is None
+        with dask.config.set({"sporadik.keep-pieces": "workers"}):
+            assert keeping(True) is None
+
+
+@pytest.mark.parametrize("chosen", ["auto", "files", "workers"])
+def test_a_local_scheduler_has_no_workers_and_keeps_files(chosen: str) -> None:
+    import dask.config
+
+    with dask.config.set({"sporadik.keep-pieces": chosen}):
+        assert keeping(True) == "files"
+
+
+def test_an_unknown_place_to_keep_pieces_is_refused_by_name() -> None:
+    import dask.config
+
+    with (
+        dask.config.set({"sporadik.keep-pieces": "disk"}),
+        pytest.raises(SporadikError, match=r"keep-pieces is 'disk'.*'auto', 'files', 'workers'"),
+    ):
+        keeping(True)
 
 
 @pytest.mark.parametrize("cut", [30, 10])  # into the values, into the coordinates
