@@ -192,6 +192,7 @@ def order_data(variable: Any, kept: Sequence[int], statistic: Ordered) -> Any:
     from sporadik_dask.read import StoreReader
     from sporadik_dask.read.blocks import reader_of
 
+    _refuse_long(variable, kept, statistic)
     held = variable._data
     if hasattr(held, "dask") and hasattr(held, "chunks"):
         source = reader_of(held) if is_read_dask(held) else None
@@ -208,3 +209,32 @@ def order_data(variable: Any, kept: Sequence[int], statistic: Ordered) -> Any:
     if not hasattr(selected, "coords"):
         return None  # held as another array: xarray's own
     return order_coo(selected, kept, statistic)
+
+
+def _refuse_long(variable: Any, kept: Sequence[int], statistic: Ordered) -> None:
+    """Refuse a statistic whose answer, dense, has more cells than ``sporadik.max-positions``:
+    one per position of a genome-length axis is tens of GiB, which would fail deep in a read
+    or in numpy, where a selection of the stretch wanted reads only its values."""
+    import dask.config
+
+    from sporadik_dask.store.describe import MAX_POSITIONS
+
+    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+    cells = math.prod(variable.shape[a] for a in kept) * math.prod(statistic.lead())
+    if cells <= limit:
+        return
+    if isinstance(statistic, Position):
+        name = "argmax" if statistic.largest else "argmin"
+    else:
+        name = "median" if statistic.q is None else "quantile"
+    dims = [variable.dims[a] for a in kept]
+    longest = max(kept, key=lambda a: variable.shape[a])
+    nbytes = cells * statistic.dtype(variable.dtype).itemsize
+    raise DenseResultError(
+        f"{name} of a sporadik variable of shape {variable.shape}, one per cell of "
+        f"{', '.join(map(repr, dims))}: a dense array of {cells:,} values "
+        f"({nbytes / 2**30:,.1f} GiB), past the limit of {limit:,} (sporadik.max-positions). "
+        f"Select the stretch you need first, e.g. "
+        f"`X.isel({variable.dims[longest]}=slice(a, b)).{name}(...)`, which reads only its "
+        "values; or raise dask.config 'sporadik.max-positions' if the dense array fits in memory."
+    )

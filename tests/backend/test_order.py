@@ -270,10 +270,33 @@ def test_a_layout_past_the_positions_limit_is_refused_before_its_runs_are_read(
     stored: tuple[Path, xr.DataArray], route: str
 ) -> None:
     path, _ = stored
-    with dask.config.set({"sporadik.max-positions": 20}):
+    with dask.config.set({"sporadik.max-positions": 30}):
         X = _open(path, route)
-        with pytest.raises(LayoutError, match="declares 23 positions"):
-            X.median("cell").compute()
+        with pytest.raises(LayoutError, match="declares 37 positions"):
+            X.median().compute()
+
+
+@pytest.mark.parametrize("route", ["lazy", "chunks={}"])
+def test_an_answer_past_the_positions_limit_is_refused_naming_the_selection_to_take(
+    stored: tuple[Path, xr.DataArray], route: str
+) -> None:
+    """One answer per position of a genome-length axis is a dense array of tens of GiB: refused
+    before any read, saying to select the stretch wanted, whose answer then holds."""
+    path, dense = stored
+    with dask.config.set({"sporadik.max-positions": 30}):
+        X = _open(path, route)
+        for refused, cells, kept in [
+            (lambda X: X.quantile([0.1, 0.9], "cell"), "46 values", "gene"),
+            (lambda X: X.median("gene"), "37 values", "cell"),
+            (lambda X: X.argmax("gene"), "37 values", "cell"),
+        ]:
+            with pytest.raises(DenseResultError, match=cells) as raised:
+                refused(X).compute()
+            assert f"X.isel({kept}=slice(a, b))" in str(raised.value)
+        _same(X.median("cell"), dense.median("cell"))  # 23 answers: within the limit
+        _same(
+            X.isel(cell=slice(0, 30)).median("gene"), dense.isel(cell=slice(0, 30)).median("gene")
+        )
 
 
 STEPS: dict[str, Callable[[xr.DataArray], Any]] = {
