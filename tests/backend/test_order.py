@@ -285,11 +285,12 @@ def test_an_answer_past_the_positions_limit_is_refused_naming_the_selection_to_t
     path, dense = stored
     with dask.config.set({"sporadik.max-positions": 30}):
         X = _open(path, route)
-        for refused, cells, kept in [
+        refusals: list[tuple[Callable[[xr.DataArray], Any], str, str]] = [
             (lambda X: X.quantile([0.1, 0.9], "cell"), "46 values", "gene"),
             (lambda X: X.median("gene"), "37 values", "cell"),
             (lambda X: X.argmax("gene"), "37 values", "cell"),
-        ]:
+        ]
+        for refused, cells, kept in refusals:
             with pytest.raises(DenseResultError, match=cells) as raised:
                 refused(X).compute()
             assert f"X.isel({kept}=slice(a, b))" in str(raised.value)
