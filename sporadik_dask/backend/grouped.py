@@ -60,12 +60,15 @@ def _per_group(groupby: Any, kwargs: dict[str, Any]) -> Any:
 
     func = kwargs.get("func")
     obj = groupby._original_obj
-    if func not in _PER_GROUP or not isinstance(obj, xr.DataArray):
+    if func not in _PER_GROUP:
         return None
-    if not is_sporadik_variable(obj.variable):
+    variables = obj.data_vars.values() if isinstance(obj, xr.Dataset) else [obj]
+    if not any(is_sporadik_variable(v.variable) for v in variables):
         return None
     with xr.set_options(use_flox=False):
-        return getattr(groupby, func)(**{k: kwargs[k] for k in _PER_GROUP[func] if k in kwargs})
+        result = getattr(groupby, func)(**{k: kwargs[k] for k in _PER_GROUP[func] if k in kwargs})
+    # a Dataset's quantiles come last on flox's path, first on the other; a DataArray's, last
+    return result.transpose(..., "quantile", missing_dims="ignore")
 
 
 def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:
@@ -201,6 +204,9 @@ def dataset_grouped_pushing_down(
 
     @functools.wraps(original)
     def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        per_group = _per_group(self, kwargs) if by_name else None
+        if per_group is not None:
+            return per_group
         pushed = _dataset_grouped(self, original, args, kwargs, by_name)
         return original(self, *args, **kwargs) if pushed is None else pushed
 

@@ -543,3 +543,34 @@ def test_group_medians_and_quantiles_are_xarrays_of_the_dense_array_group_by_gro
     assert got.dims == want.dims
     np.testing.assert_array_equal(got.values, want.values)
     assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("chunks", [None, {}], ids=["lazy", "{}"])
+@pytest.mark.parametrize("call", list(GROUP_ORDER))
+def test_a_datasets_group_medians_and_quantiles_are_its_dataarrays_beside_xarrays_of_the_rest(
+    store: tuple[Path, npt.NDArray[Any]], chunks: Any, call: str
+) -> None:
+    """``ds.groupby(...).median()`` or ``.quantile(q)`` of an opened store: flox, which xarray
+    hands a Dataset's groups to, has no sparse median and no sparse quantile; the store's
+    variable comes back as a DataArray's grouped answer (quantiles last, as flox and a
+    DataArray put them), the other variables as xarray's of their dense values."""
+    if EXPRESSIONS and chunks is not None:
+        pytest.skip("xarray joins the groups' dask results by xr.concat (no __array_function__)")
+    path, dense = store
+    rng = np.random.default_rng(5)
+    labels = rng.choice(["b", "a", "c"], dense.shape[0])
+    size = rng.random(dense.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ds = xr.open_dataset(path, engine="sporadik", chunks=chunks)
+    ds = ds.assign_coords(kind=("cell", labels)).assign(size=(("cell", "gene"), size))
+    got = GROUP_ORDER[call](ds.groupby("kind")).compute()
+    plain = xr.DataArray(dense, dims=("cell", "gene")).assign_coords(kind=("cell", labels))
+    alone = xr.Dataset({"size": (("cell", "gene"), size)}, coords={"kind": ("cell", labels)})
+    with xr.set_options(use_flox=False):
+        want = GROUP_ORDER[call](plain.groupby("kind"))
+        sizes = GROUP_ORDER[call](alone.groupby("kind"))["size"]
+    assert got["s"].dims == want.dims and got["s"].dtype == want.dtype
+    np.testing.assert_array_equal(got["s"].values, want.values)
+    assert got["size"].dims == want.dims  # quantiles last, a Dataset's without flox first
+    np.testing.assert_array_equal(got["size"].transpose(*sizes.dims).values, sizes.values)
