@@ -133,16 +133,16 @@ def _pushed_down(
     if not is_sporadik_variable(variable):  # another's variable: xarray's own, untouched
         return None
     axes = _axes_of(variable, dim, axis)
-    positions = None if keepdims else positions_of(variable, func, axes, kwargs)
-    if positions is not None and axes is not None:  # argmax, argmin along one dim
-        return tuple(d for a, d in enumerate(variable.dims) if a not in axes), positions
-    refuse_dense(variable, func, dim)
-    if variable.size == 0 and (op_of(func) in ("max", "min") or func is _median()):
+    if variable.size == 0 and _picks(func):
         from xarray.core.variable import Variable  # no value to pick: xarray's answer or error
 
         empty = Variable(variable.dims, np.zeros(variable.shape, variable.dtype))
         reduced = empty.reduce(func, dim=dim, axis=axis, keepdims=keepdims, **kwargs)
         return reduced.dims, reduced.data
+    positions = None if keepdims else positions_of(variable, func, axes, kwargs)
+    if positions is not None and axes is not None:  # argmax, argmin along one dim
+        return tuple(d for a, d in enumerate(variable.dims) if a not in axes), positions
+    refuse_dense(variable, func, dim)
     if func is _median() and not keepdims:
         return _median_of(variable, dim, axis, kwargs)
     options = options_of(op_of(func) or _truth_op(func, variable.dtype), variable.dtype, kwargs)
@@ -170,6 +170,14 @@ def _truth_op(func: Callable[..., Any], dtype: Any) -> str | None:
     if np.dtype(dtype) != np.bool_:
         return None
     return {duck_array_ops.array_any: "max", duck_array_ops.array_all: "min"}.get(func)
+
+
+def _picks(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` picks a value or its position (no value to pick along an empty dim)."""
+    from xarray.core import duck_array_ops
+
+    picking = (duck_array_ops.argmax, duck_array_ops.argmin, duck_array_ops.median)
+    return op_of(func) in ("max", "min") or func in picking
 
 
 def _median() -> Any:

@@ -212,6 +212,10 @@ def test_an_empty_axis_gives_xarrays_answer_or_error(tmp_path: Path, route: str)
                 want.quantile(0.5, dim)
             with pytest.raises(ValueError, match="unexpected number of dimensions"):
                 X.quantile(0.5, dim)
+    _same(X.argmax("gene"), want.argmax("gene"))
+    for reduced in (want, X):  # numpy's words, not those of a line of only NaN
+        with pytest.raises(ValueError, match="attempt to get argmin of an empty sequence"):
+            reduced.argmin("cell").compute()
 
 
 def test_an_order_statistic_of_a_dataset_has_its_quantile_coordinate(tmp_path: Path) -> None:
