@@ -42,6 +42,7 @@ __all__ = [
     "Recorded",
     "chunking_first",
     "chunking_in_order",
+    "chunking_labels",
     "chunking_unary",
     "recorded",
     "recording",
@@ -333,6 +334,30 @@ def chunking_unary(original: Callable[..., Any]) -> Callable[..., Any]:
         return original(self if read is self.variable else self._replace(read), *args, **kwargs)
 
     return _unary_op
+
+
+def chunking_labels(original: Callable[..., Any]) -> Callable[..., Any]:
+    """xarray's ``_calc_idxminmax`` (``idxmax``, ``idxmin``) of a store's variable: a lazily
+    opened one as of its dask read, a loaded one's labels made dense.
+
+    xarray takes the labels in the variable's array type (``to_like_array(coord, array.data)``):
+    of a lazily opened variable of integers that reads the whole store into one ``sparse.COO``,
+    and of it or a loaded one the labels come back as a ``sparse.COO``, which ``.values`` and
+    ``to_pandas`` refuse."""
+
+    @functools.wraps(original)
+    def _calc_idxminmax(*, array: Any, **kwargs: Any) -> Any:
+        from sporadik_dask.backend.ours import is_sporadik_variable
+
+        if not is_sporadik_variable(array.variable):
+            return original(array=array, **kwargs)
+        read = _as_read(array.variable)
+        result = original(array=array if read is array.variable else array._replace(read), **kwargs)
+        if type(result.data).__module__.startswith("sparse") and hasattr(result.data, "todense"):
+            result = result.copy(data=result.data.todense())
+        return result
+
+    return _calc_idxminmax
 
 
 def _as_read(variable: Any) -> Any:

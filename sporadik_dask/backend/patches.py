@@ -156,6 +156,12 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "xarray.core.dataarray", "DataArray", "_unary_op", _pushdown("elementwise.chunking_unary")
     ),
+    Patch(
+        "xarray.computation.computation",
+        "",
+        "_calc_idxminmax",
+        _pushdown("elementwise.chunking_labels"),
+    ),
 )
 
 #: The attribute a replacement carries: the patch it installs and the original it replaced.
