@@ -21,7 +21,7 @@ from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.ours import is_sporadik_variable
 from sporadik_dask.backend.pushdown import op_of, options_of, pushed_data, where_filled
 
-__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down"]
+__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down", "per_group_pushing_down"]
 
 
 def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
@@ -69,6 +69,18 @@ def _per_group(groupby: Any, kwargs: dict[str, Any]) -> Any:
         result = getattr(groupby, func)(**{k: kwargs[k] for k in _PER_GROUP[func] if k in kwargs})
     # a Dataset's quantiles come last on flox's path, first on the other; a DataArray's, last
     return result.transpose(..., "quantile", missing_dims="ignore")
+
+
+def per_group_pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``DatasetResample._flox_reduce``: a median or quantile group by group, as a
+    DataArray's; every other reduction by xarray's own path."""
+
+    @functools.wraps(original)
+    def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+        per_group = _per_group(self, kwargs)
+        return original(self, *args, **kwargs) if per_group is None else per_group
+
+    return reduce
 
 
 def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:

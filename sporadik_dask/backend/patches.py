@@ -125,6 +125,12 @@ PATCHES: tuple[Patch, ...] = (
         "_flox_reduce",
         _grouped("dataset_grouped_pushing_down", by_name=True),
     ),
+    Patch(
+        "xarray.core.resample",
+        "DatasetResample",
+        "_flox_reduce",
+        _pushdown("grouped.per_group_pushing_down"),
+    ),
     Patch("xarray.core.duck_array_ops", "", "einsum", _pushdown("dot.contracting")),
     Patch(_INDEXING, "DaskIndexingAdapter", "_oindex_get", _pushdown("dask_selection.rereading")),
     Patch(_INDEXING, "DaskIndexingAdapter", "__getitem__", _pushdown("dask_selection.rereading")),
