@@ -21,7 +21,7 @@ from sporadik_dask.backend.chunkmanager import plain_dask_array
 from sporadik_dask.backend.ours import is_sporadik_variable
 from sporadik_dask.backend.pushdown import op_of, options_of, pushed_data, where_filled
 
-__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down", "per_group_pushing_down"]
+__all__ = ["dataset_grouped_pushing_down", "grouped_pushing_down"]
 
 
 def grouped_pushing_down(original: Callable[..., Any], *, by_name: bool) -> Callable[..., Any]:
@@ -69,18 +69,6 @@ def _per_group(groupby: Any, kwargs: dict[str, Any]) -> Any:
         result = getattr(groupby, func)(**{k: kwargs[k] for k in _PER_GROUP[func] if k in kwargs})
     # a Dataset's quantiles come last on flox's path, first on the other; a DataArray's, last
     return result.transpose(..., "quantile", missing_dims="ignore")
-
-
-def per_group_pushing_down(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``DatasetResample._flox_reduce``: a median or quantile group by group, as a
-    DataArray's; every other reduction by xarray's own path."""
-
-    @functools.wraps(original)
-    def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
-        per_group = _per_group(self, kwargs)
-        return original(self, *args, **kwargs) if per_group is None else per_group
-
-    return reduce
 
 
 def _grouped(groupby: Any, args: tuple[Any, ...], kwargs: dict[str, Any], by_name: bool) -> Any:
@@ -233,7 +221,9 @@ def _dataset_grouped(
     by_name: bool,
 ) -> Any:
     from xarray import Dataset
-    from xarray.core.groupby import DataArrayGroupBy, DatasetGroupBy
+    from xarray.core.groupby import DataArrayGroupBy
+    from xarray.core.resample import DataArrayResample, DatasetResample
+    from xarray.groupers import RESAMPLE_DIM
 
     obj = groupby._original_obj
     codes_dims = groupby.encoded.codes.dims
@@ -246,18 +236,24 @@ def _dataset_grouped(
     ]
     if not ours:
         return None
+    # a resample's bins are grouped under a proxy dim, named back to the resampled dim after
+    resampled = isinstance(groupby, DatasetResample)
+    extra = {"dim": groupby._dim, "resample_dim": RESAMPLE_DIM} if resampled else {}
+    per_array = DataArrayResample if resampled else DataArrayGroupBy
     pushed = {}
     for name in ours:
-        one = DataArrayGroupBy(obj[name], groupby.groupers, groupby._restore_coord_dims)
+        one = per_array(obj[name], groupby.groupers, groupby._restore_coord_dims, **extra)
         result = _grouped(one, args, kwargs, by_name)
         if result is None:
             return None
+        if RESAMPLE_DIM in result.dims:
+            result = result.rename({RESAMPLE_DIM: groupby._dim})
         # a Dataset's groups of several groupers come last on both of xarray's paths
         names = [g.name for g in groupby.groupers] if len(groupby.groupers) > 1 else []
         pushed[name] = result.transpose(..., *names)
     rest = obj.drop_vars(ours)
     if rest.data_vars:
-        others = DatasetGroupBy(rest, groupby.groupers, groupby._restore_coord_dims)
+        others = type(groupby)(rest, groupby.groupers, groupby._restore_coord_dims, **extra)
         out = original(others, *args, **kwargs)
     else:
         out = Dataset()

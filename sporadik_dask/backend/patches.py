@@ -128,8 +128,14 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "xarray.core.resample",
         "DatasetResample",
+        "reduce",
+        _grouped("dataset_grouped_pushing_down", by_name=False),
+    ),
+    Patch(
+        "xarray.core.resample",
+        "DatasetResample",
         "_flox_reduce",
-        _pushdown("grouped.per_group_pushing_down"),
+        _grouped("dataset_grouped_pushing_down", by_name=True),
     ),
     Patch("xarray.core.duck_array_ops", "", "einsum", _pushdown("dot.contracting")),
     Patch(_INDEXING, "DaskIndexingAdapter", "_oindex_get", _pushdown("dask_selection.rereading")),
