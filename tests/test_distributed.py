@@ -461,3 +461,25 @@ def test_only_workers_that_spill_are_given_pieces_to_persist_unasked(
         Client(cluster, set_as_default=False) as other,
     ):
         assert _workers_spill(other) is spills
+
+
+@pytest.mark.parametrize("chunks", [{}, {"cell": 4}])
+def test_blocks_of_nan_fill_come_back_from_workers_with_nan(
+    tmp_path: Path, client: Client, chunks: dict[str, int]
+) -> None:
+    """``X.where(X > 0)`` makes blocks whose absent cells are NaN; distributed's serializer
+    sent them as blocks of fill 0, so computing them gave 0 where NaN was."""
+    import xarray as xr
+
+    dense = random_dense(np.random.default_rng(8), (13, 7), 0.4)
+    dense[:, 3] = 0  # a gene of no value: its median over cells is NaN
+    sd.to_sporadik(
+        xr.DataArray(sparse.COO.from_numpy(dense), dims=("cell", "gene")), tmp_path / "s.zarr"
+    )
+    opened = xr.open_dataset(tmp_path / "s.zarr", engine="sporadik", chunks=chunks)
+    X = opened[next(iter(opened.data_vars))]
+    want = xr.DataArray(dense, dims=("cell", "gene")).where(dense > 0)
+    got = X.where(X > 0).isel(cell=slice(0, 9)).compute().data
+    np.testing.assert_array_equal(got.todense(), want.isel(cell=slice(0, 9)).values)
+    assert np.isnan(got.fill_value)
+    np.testing.assert_array_equal(X.where(X > 0).median("cell").values, want.median("cell").values)

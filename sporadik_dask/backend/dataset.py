@@ -19,6 +19,7 @@ from sporadik_dask.backend.accessor import READER_KEY
 from sporadik_dask.backend.array import BoundedLazyArray, SporadikBackendArray
 from sporadik_dask.backend.blocks import preferred_chunks
 from sporadik_dask.read import StoreReader
+from sporadik_dask.read.transport import keep_fill_values_in_transit
 from sporadik_dask.store.as_opened import check_as_opened
 from sporadik_dask.store.describe import open_store
 from sporadik_dask.store.labels import Coordinate, Range, read_labels
@@ -43,6 +44,7 @@ def open_store_dataset(
     coordinate at all: ``chunks={}`` fails in dask's ``normalize_chunks``).
     """
     patches.install()
+    keep_fill_values_in_transit()  # a client made before the store was opened
     opened = open_store(store, storage_options=storage_options)
     reader = StoreReader.from_opened(opened)
     dropped = {str(name) for name in drop_variables or ()}

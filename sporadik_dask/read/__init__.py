@@ -9,7 +9,8 @@ Modules, one job each: ``selection`` (keys to positions), ``routing`` (pure: whi
 ``fetch`` (the two waves), ``assembly`` (runs to the result, no I/O), ``statistics``
 (per-position counts and totals), ``checked`` (a read returns the state opened), ``reader`` (the
 :class:`StoreReader` front), ``dask_array`` (:func:`from_sporadik`), ``window`` (selections of
-such a dask array as new reads) and ``reductions`` (its reductions as one pass over the store).
+such a dask array as new reads), ``reductions`` (its reductions as one pass over the store) and
+``transport`` (blocks sent between processes keep their fill value).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from sporadik_dask.kernels.numba_cache import cache_sparse_kernels
 from sporadik_dask.read.dask_array import from_sporadik
 from sporadik_dask.read.reader import StoreReader
 from sporadik_dask.read.selection import Selection, normalize_key, normalize_points
+from sporadik_dask.read.transport import keep_fill_values_in_transit
 
 __all__ = ["Selection", "StoreReader", "from_sporadik", "normalize_key", "normalize_points"]
 
 cache_sparse_kernels()  # the blocks a read gives meet sparse's kernels: load them, compiled once
+keep_fill_values_in_transit()  # on a worker unpickling a read task: distributed is imported

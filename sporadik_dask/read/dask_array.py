@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 from sporadik_dask.format.errors import LayoutError
 from sporadik_dask.planning.budgets import balanced_blocks
 from sporadik_dask.read.reader import Format, StoreReader
+from sporadik_dask.read.transport import keep_fill_values_in_transit
 from sporadik_dask.store.describe import LayoutDescription, open_store
 from sporadik_dask.store.storage import StoreLike, location_of
 
@@ -55,6 +56,7 @@ def from_sporadik(
         along ``axis``: built from the layout's own arrays without sorting, so reductions along
         the layout's runs (``sum`` over the other axes) are several times cheaper.
     """
+    keep_fill_values_in_transit()  # a client made after this package's reads were imported
     import sparse
     from dask.base import tokenize
 
