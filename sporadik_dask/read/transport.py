@@ -30,7 +30,6 @@ def keep_fill_values_in_transit() -> bool:
     process, when ``distributed`` is imported; idempotent. Whether it is registered."""
     if "distributed" not in sys.modules:  # nothing is sent between processes yet
         return False
-    import numpy as np
     import sparse
     from distributed.protocol import sparse as distributed_sparse
     from distributed.protocol.serialize import dask_serialize
@@ -40,10 +39,7 @@ def keep_fill_values_in_transit() -> bool:
     def serialize_keeping_fill(x: Any) -> tuple[dict[str, Any], list[Any]]:
         import dask.config
 
-        fill = x.fill_value
-        if dask.config.get("sporadik.patches", True) and not (
-            np.ndim(fill) == 0 and fill == 0 and not np.signbit(fill)
-        ):
+        if dask.config.get("sporadik.patches", True) and not _zero(x.fill_value):
             raise NotImplementedError("distributed's serializer drops a fill value: pickle it")
         header, frames = theirs(x)
         return header, frames
@@ -52,3 +48,14 @@ def keep_fill_values_in_transit() -> bool:
     if not getattr(dask_serialize.dispatch(sparse.COO), "keeps_fill", False):
         dask_serialize.register(sparse.COO)(serialize_keeping_fill)
     return True
+
+
+def _zero(fill: Any) -> bool:
+    """Whether ``fill`` is the 0 distributed's deserializer gives back (not -0.0, not NaN, not a
+    value numpy cannot compare with 0: those go by pickle, which keeps anything)."""
+    import numpy as np
+
+    try:
+        return bool(np.ndim(fill) == 0 and fill == 0 and not np.signbit(np.real(fill)))
+    except (TypeError, ValueError):
+        return False

@@ -38,14 +38,27 @@ def test_a_block_of_another_fill_value_comes_back_with_it(fill: float) -> None:
     assert np.signbit(got.fill_value) == np.signbit(fill)
 
 
-def test_a_block_of_fill_zero_goes_as_distributeds_own_byte_for_byte() -> None:
+@pytest.mark.parametrize("dtype", ["float64", "int8", "complex64", "bool"])
+def test_a_block_of_fill_zero_goes_as_distributeds_own_byte_for_byte(dtype: str) -> None:
     assert keep_fill_values_in_transit()
-    sent = _where(0.0)
+    sent = sparse.COO.from_numpy(DENSE.astype(dtype))
     header, frames = serialize(sent, serializers=("dask", "pickle"))
     assert header["serializer"] == "dask"
     _, theirs = serialize_sparse(sent)
     assert [bytes(f) for f in frames] == [bytes(f) for f in theirs]
-    np.testing.assert_array_equal(deserialize(header, frames).todense(), DENSE)
+    got = deserialize(header, frames)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.todense(), DENSE.astype(dtype))
+
+
+def test_a_block_of_a_fill_numpy_cannot_compare_with_zero_goes_by_pickle() -> None:
+    assert keep_fill_values_in_transit()
+    days = np.array([[1, 0], [0, 2]], dtype="datetime64[D]")
+    coo = sparse.COO.from_numpy(days)
+    sent = sparse.COO(coo.coords, coo.data, shape=coo.shape, fill_value=np.datetime64("NaT"))
+    header, frames = serialize(sent, serializers=("dask", "pickle"))
+    assert header["serializer"] == "pickle"
+    assert np.isnat(deserialize(header, frames).fill_value)
 
 
 def test_switched_off_a_block_goes_as_distributeds_own() -> None:
