@@ -85,11 +85,9 @@ class SporadikAccessor:
 def _refuse_long(dim: str, length: int, others: list[Any]) -> None:
     """Refuse a dense statistic per position of an axis past ``sporadik.max-positions`` (a
     genome's 3.1e9 positions: 23 GiB of int64), naming the sparse reductions that give it."""
-    import dask.config
+    from sporadik_dask.store.describe import max_positions
 
-    from sporadik_dask.store.describe import MAX_POSITIONS
-
-    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+    limit = max_positions()
     if length <= limit:
         return
     over = repr(others[0]) if len(others) == 1 else repr(others)

@@ -215,11 +215,9 @@ def _refuse_long(variable: Any, kept: Sequence[int], statistic: Ordered) -> None
     """Refuse a statistic whose answer, dense, has more cells than ``sporadik.max-positions``:
     one per position of a genome-length axis is tens of GiB, which would fail deep in a read
     or in numpy, where a selection of the stretch wanted reads only its values."""
-    import dask.config
+    from sporadik_dask.store.describe import max_positions
 
-    from sporadik_dask.store.describe import MAX_POSITIONS
-
-    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+    limit = max_positions()
     cells = math.prod(variable.shape[a] for a in kept) * math.prod(statistic.lead())
     if cells <= limit:
         return

@@ -37,11 +37,9 @@ def layout_for(reader: Any, target: Target, dense: bool = True) -> Any:
     adds into one column of :data:`LOOKUP_GROUPS` cells at most, where a run of the grouped axis
     scatters over a whole row. A layout whose ``indptr`` is too long to read whole (past
     ``sporadik.max-positions``: a genome's positions) is read only when no other is."""
-    import dask.config
+    from sporadik_dask.store.describe import max_positions
 
-    from sporadik_dask.store.describe import MAX_POSITIONS
-
-    limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+    limit = max_positions()
     layouts = reader.description.layouts
     readable = {a: layout for a, layout in layouts.items() if layout.positions <= limit}
     layouts = readable or layouts

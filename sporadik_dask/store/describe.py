@@ -57,6 +57,7 @@ __all__ = [
     "StoreDescription",
     "describe",
     "describe_async",
+    "max_positions",
     "normalized",
     "open_store",
     "open_store_async",
@@ -107,9 +108,7 @@ class LayoutDescription(LayoutGeometry):
         A declared shape costs nothing to write, and absent chunks read as zeros, so a corrupt
         or hostile store could otherwise make a reader allocate terabytes.
         """
-        import dask.config
-
-        limit = int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
+        limit = max_positions()
         if self.positions > limit:
             raise LayoutError(
                 f"Layout {self.path!r} in {where} declares {self.positions:,} positions; reading "
@@ -122,6 +121,14 @@ class LayoutDescription(LayoutGeometry):
 #: Positions a layout may declare before reading its whole ``indptr`` is refused: 2**31 positions
 #: take 16 GiB as int64. Selections read only their brackets and are never refused.
 MAX_POSITIONS = 2**31
+
+
+def max_positions() -> int:
+    """``sporadik.max-positions``: positions past which a whole ``indptr``, or a dense answer
+    per position, is refused (:data:`MAX_POSITIONS` unless set)."""
+    import dask.config
+
+    return int(dask.config.get("sporadik.max-positions", MAX_POSITIONS))
 
 
 @dataclass(frozen=True, slots=True)
